@@ -1,0 +1,79 @@
+"""A linear-chain CRF over word positions, with IOB2's impossible transitions forbidden."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+FORBIDDEN = -1e4
+
+
+def iob2_allowed(labels: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(start_ok (L,), transition_ok (L, L)): I-X may only start after B-X or I-X."""
+    L = len(labels)
+    start_ok = torch.tensor([not lab.startswith("I-") for lab in labels])
+    trans_ok = torch.ones(L, L, dtype=torch.bool)
+    for j, lab in enumerate(labels):
+        if lab.startswith("I-"):
+            kind = lab[2:]
+            for i, prev in enumerate(labels):
+                trans_ok[i, j] = prev in (f"B-{kind}", f"I-{kind}")
+    return start_ok, trans_ok
+
+
+class CRF(nn.Module):
+    def __init__(self, labels: list[str]):
+        super().__init__()
+        L = len(labels)
+        self.transitions = nn.Parameter(torch.zeros(L, L))  # [from, to]
+        self.start = nn.Parameter(torch.zeros(L))
+        self.end = nn.Parameter(torch.zeros(L))
+        start_ok, trans_ok = iob2_allowed(labels)
+        self.register_buffer("start_penalty", torch.where(start_ok, 0.0, FORBIDDEN), persistent=False)
+        self.register_buffer("trans_penalty", torch.where(trans_ok, 0.0, FORBIDDEN), persistent=False)
+
+    def _scores(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.start + self.start_penalty, self.transitions + self.trans_penalty
+
+    def nll(self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Negative log-likelihood per sequence. emissions (n, W, L); tags, mask (n, W); masks are prefixes."""
+        emissions = emissions.float()
+        start, trans = self._scores()
+        tags = tags.clamp(min=0)
+        n, W, _ = emissions.shape
+        lengths = mask.sum(1)  # (n,)
+        emitted = emissions.gather(2, tags.unsqueeze(-1)).squeeze(-1)  # (n, W)
+        moves = trans[tags[:, :-1], tags[:, 1:]]  # (n, W-1)
+        gold = start[tags[:, 0]] + (emitted * mask).sum(1) + (moves * mask[:, 1:]).sum(1)
+        gold = gold + self.end[tags.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)]
+        alpha = start + emissions[:, 0]  # (n, L)
+        for w in range(1, W):
+            step = torch.logsumexp(alpha.unsqueeze(2) + trans + emissions[:, w].unsqueeze(1), dim=1)
+            alpha = torch.where(mask[:, w].unsqueeze(1), step, alpha)
+        return torch.logsumexp(alpha + self.end, dim=1) - gold
+
+    @torch.no_grad()
+    def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+        """Viterbi: the best tag sequence of each (prefix-masked) sequence."""
+        emissions = emissions.float()
+        start, trans = self._scores()
+        n, W, _ = emissions.shape
+        score = start + emissions[:, 0]
+        history = []
+        for w in range(1, W):
+            best, idx = (score.unsqueeze(2) + trans).max(dim=1)  # (n, L) best previous tag for each tag
+            step = best + emissions[:, w]
+            keep = mask[:, w].unsqueeze(1)
+            score = torch.where(keep, step, score)
+            history.append(idx)
+        score = score + self.end
+        lengths = mask.sum(1).tolist()
+        paths = []
+        for i in range(n):
+            tag = int(score[i].argmax())
+            path = [tag]
+            for w in range(lengths[i] - 1, 0, -1):
+                tag = int(history[w - 1][i, tag])
+                path.append(tag)
+            paths.append(path[::-1])
+        return paths

@@ -1,0 +1,186 @@
+"""The expert/gate block that takes the place of the MLP in every decoder layer.
+
+A batch row is one (example, route) pair. Rows are laid out route-major, and the real (non-pad) tokens of
+all rows are packed into one (M, C) matrix, grouped by route, so that every expert runs exactly once, on
+exactly the tokens that read it, as two grouped matmuls. Attention runs once over all rows.
+
+    variant   routes                            what a route's gate mixes
+    ple       every task + 'shared'             task k: [task-k experts(route k), shared experts(shared route)]
+                                                shared: [all task experts(their routes), shared experts]
+    cgc       each task asked for               task k: [task-k experts, shared experts], both on route k
+    mmoe      each task asked for               task k: [shared experts on route k]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SHARED = "shared"
+
+
+@dataclass
+class RouteLayout:
+    """Where each route's rows and real tokens sit in the (N, T, C) residual streams."""
+
+    names: list[str]
+    """Route names in row order (task names, and 'shared' last where there is a shared route)."""
+    row_example: torch.Tensor
+    """(N,) the batch example each row belongs to."""
+    row_bounds: list[tuple[int, int]]
+    """Route r owns rows [start, end)."""
+    token_index: torch.Tensor
+    """(M,) flat index into N*T of every real token, grouped by route."""
+    token_bounds: list[tuple[int, int]]
+    """Route r owns packed tokens [start, end)."""
+    token_position: torch.Tensor
+    """(M,) the position of each packed token in its sequence."""
+
+    @classmethod
+    def build(cls, routes: dict[str, torch.Tensor], attention_mask: torch.Tensor) -> RouteLayout:
+        """``routes`` maps a route name to the (sorted) batch examples that take it."""
+        names = list(routes)
+        row_example = torch.cat([routes[n] for n in names])  # (N,)
+        T = attention_mask.shape[1]
+        row_mask = attention_mask[row_example]  # (N, T)
+        row_counts = [len(routes[n]) for n in names]
+        token_counts = torch.stack([m.sum() for m in row_mask.split(row_counts)]).tolist() if names else []
+        token_index = row_mask.flatten().nonzero().squeeze(1)  # (M,)
+        return cls(names, row_example, _bounds(row_counts), token_index, _bounds(token_counts), token_index % T)
+
+    def rows(self, name: str) -> slice:
+        return slice(*self.row_bounds[self.names.index(name)])
+
+    def tokens(self, name: str) -> slice:
+        return slice(*self.token_bounds[self.names.index(name)])
+
+
+def _bounds(counts: list[int]) -> list[tuple[int, int]]:
+    out, start = [], 0
+    for c in counts:
+        out.append((start, start + c))
+        start += c
+    return out
+
+
+class ExpertGroup(nn.Module):
+    """E SwiGLU experts that read the same tokens: one matmul up for all of them, one batched matmul down."""
+
+    def __init__(self, n_experts: int, d_model: int, hidden: int):
+        super().__init__()
+        self.n_experts, self.hidden = n_experts, hidden
+        self.w_in = nn.Parameter(torch.empty(d_model, n_experts * 2 * hidden))  # columns: [expert][gate|up][hidden]
+        self.w_out = nn.Parameter(torch.empty(n_experts, hidden, d_model))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.w_in, std=0.02)
+        nn.init.zeros_(self.w_out)  # residual-branch output starts at zero: the layer is the identity at init
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        M = x.shape[0]
+        h = (x @ self.w_in).view(M, self.n_experts, 2, self.hidden)  # (M, E, 2, H)
+        h = F.silu(h[:, :, 0]) * h[:, :, 1]  # (M, E, H)
+        return torch.bmm(h.transpose(0, 1), self.w_out)  # (E, M, C)
+
+
+class Gate(nn.Module):
+    """One linear layer + softmax (in float32) over [own experts..., shared experts...]."""
+
+    def __init__(self, d_model: int, n_own: int, n_shared: int, initial_shared_weight: float):
+        super().__init__()
+        self.n_own, self.n_shared, self.initial_shared_weight = n_own, n_shared, initial_shared_weight
+        self.proj = nn.Linear(d_model, n_own + n_shared)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Zero weights; shared logits biased so the shared experts hold initial_shared_weight of the mass."""
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+        if self.n_own:
+            p = self.initial_shared_weight
+            with torch.no_grad():  # n_shared * e^b / (n_shared * e^b + n_own) = p
+                self.proj.bias[self.n_own:] = math.log(p * self.n_own / ((1 - p) * self.n_shared))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            logits = F.linear(x.float(), self.proj.weight.float(), self.proj.bias.float())
+            return logits.softmax(dim=-1)  # (M, E)
+
+
+def mix(weights: torch.Tensor, outputs: list[torch.Tensor]) -> torch.Tensor:
+    """sum_e weights[:, e] * expert_e, where ``outputs`` are (E_i, M, C) pieces in the gate's expert order."""
+    total, start = None, 0
+    for y in outputs:
+        w = weights[:, start:start + y.shape[0]].to(y.dtype).t().unsqueeze(-1)  # (E_i, M, 1)
+        part = (w * y).sum(0)  # (M, C)
+        total = part if total is None else total + part
+        start += y.shape[0]
+    return total
+
+
+class ExpertBlock(nn.Module):
+    """The 'ple', 'cgc' or 'mmoe' block of one layer; ``shared_gate`` is False in ple's last layer."""
+
+    def __init__(self, variant: str, tasks: list[str], d_model: int, n_shared: int, n_task: int, hidden: int,
+                 initial_shared_weight: float, shared_gate: bool):
+        super().__init__()
+        self.variant = variant
+        self.shared = ExpertGroup(n_shared, d_model, hidden)
+        n_own = n_task if variant in ("ple", "cgc") else 0
+        self.task_experts = nn.ModuleDict({t: ExpertGroup(n_task, d_model, hidden) for t in tasks} if n_own else {})
+        self.task_gates = nn.ModuleDict({t: Gate(d_model, n_own, n_shared, initial_shared_weight) for t in tasks})
+        self.shared_gate = (Gate(d_model, n_own * len(tasks), n_shared, initial_shared_weight)
+                            if variant == "ple" and shared_gate else None)
+
+    def forward(self, x: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """x: (M, C) packed normed tokens -> (M, C) block output, and each gate's (M_route, E) weights."""
+        if self.variant == "ple":
+            return self._progressive(x, layout)
+        return self._per_route(x, layout)
+
+    def _per_route(self, x: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        y_shared = self.shared(x)  # (Es, M, C): each route's tokens read the shared experts once
+        outs, gates = [], {}
+        for name in layout.names:
+            span = layout.tokens(name)
+            x_route = x[span]
+            weights = self.task_gates[name](x_route)  # (M_route, E)
+            pieces = [y_shared[:, span]]
+            if name in self.task_experts:
+                pieces.insert(0, self.task_experts[name](x_route))
+            outs.append(mix(weights, pieces))
+            gates[name] = weights
+        return torch.cat(outs), gates
+
+    def _progressive(self, x: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        # Every route holds the same tokens in the same order, so the routes' packed spans align row by row.
+        x_shared = x[layout.tokens(SHARED)]
+        y_shared = self.shared(x_shared)  # (Es, M, C)
+        outs, gates, y_tasks = [], {}, []
+        for name in layout.names[:-1]:
+            x_route = x[layout.tokens(name)]
+            y_task = self.task_experts[name](x_route)  # (Ek, M, C)
+            weights = self.task_gates[name](x_route)
+            outs.append(mix(weights, [y_task, y_shared]))
+            gates[name] = weights
+            y_tasks.append(y_task)
+        if self.shared_gate is not None:
+            weights = self.shared_gate(x_shared)
+            outs.append(mix(weights, [*y_tasks, y_shared]))
+            gates[SHARED] = weights
+        else:  # last layer: nothing reads the shared route after it, so it gets no update
+            outs.append(torch.zeros_like(x_shared))
+        return torch.cat(outs), gates
+
+    def expert_names(self, gate: str, tasks: list[str]) -> list[str]:
+        """The experts a gate mixes, in its weight order."""
+        shared = [f"{SHARED}/{i}" for i in range(self.shared.n_experts)]
+        if gate == SHARED:
+            return [f"{t}/{i}" for t in tasks for i in range(self.task_experts[t].n_experts)] + shared
+        own = [f"{gate}/{i}" for i in range(self.task_experts[gate].n_experts)] if gate in self.task_experts else []
+        return own + shared
