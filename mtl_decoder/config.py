@@ -85,7 +85,9 @@ class ModelConfig:
         if self.mlp_hidden is not None:
             _positive("mlp_hidden", self.mlp_hidden)
         if not 0.0 < self.initial_shared_weight < 1.0:
-            raise ConfigError("initial_shared_weight", f"must lie strictly between 0 and 1, got {self.initial_shared_weight}")
+            raise ConfigError(
+                "initial_shared_weight", f"must lie strictly between 0 and 1, got {self.initial_shared_weight}"
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError("dropout", f"must lie in [0, 1), got {self.dropout}")
         _positive("char_embedding", self.char_embedding, allow_zero=True)
@@ -288,8 +290,11 @@ class TaskConfig:
             raise ConfigError("name", f"{self.name!r} must be a non-empty identifier (letters, digits, _ or -)")
         if self.primary_metric is None:
             self.primary_metric = "f1" if self.kind == TAGGING else "accuracy"
-        allowed = ("f1", "f1_strict", "precision", "recall", "token_accuracy") if self.kind == TAGGING else (
-            "accuracy", "macro_f1")
+        allowed = (
+            ("f1", "f1_strict", "precision", "recall", "token_accuracy")
+            if self.kind == TAGGING
+            else ("accuracy", "macro_f1")
+        )
         _choice("primary_metric", self.primary_metric, allowed)
         _positive("loss_weight", self.loss_weight, allow_zero=True)
         _positive("metric_weight", self.metric_weight, allow_zero=True)
@@ -394,8 +399,11 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
         if key not in hints:
             raise ConfigError(full, f"unknown key{did_you_mean(str(key), names)}")
         kwargs[key] = _coerce(full, value, hints[key])
-    missing = [f.name for f in dataclasses.fields(cls)
-               if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise ConfigError(f"{prefix}.{missing[0]}" if prefix else missing[0], "is required")
     try:
@@ -497,8 +505,9 @@ def apply_override(tree: dict[str, Any], parts: list[str], value: Any) -> None:
     node[parts[-1]] = value
 
 
-def load_config(path: str | Path | None, overrides: list[str] = (), base: dict[str, Any] | None = None
-                ) -> ExperimentConfig:
+def load_config(
+    path: str | Path | None, overrides: list[str] = (), base: dict[str, Any] | None = None
+) -> ExperimentConfig:
     """Read an experiment YAML (or start from ``base``), apply ``key=value`` overrides, validate."""
     tree: dict[str, Any] = dict(base or {})
     if path is not None:

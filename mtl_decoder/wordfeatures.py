@@ -11,8 +11,18 @@ N_CHAR_IDS = 512
 MAX_WORD_CHARS = 16
 """Characters kept per word (the first 8 and last 8 of a longer word)."""
 
-SHAPES = ("none", "lower", "capitalised", "all_caps", "single_cap", "digits", "has_digit", "punct", "mixed_case",
-          "other")
+SHAPES = (
+    "none",
+    "lower",
+    "capitalised",
+    "all_caps",
+    "single_cap",
+    "digits",
+    "has_digit",
+    "punct",
+    "mixed_case",
+    "other",
+)
 """Shape classes; 'none' is for special tokens and padding."""
 
 

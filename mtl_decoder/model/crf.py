@@ -40,7 +40,7 @@ class CRF(nn.Module):
         emissions = emissions.float()
         start, trans = self._scores()
         tags = tags.clamp(min=0)
-        n, W, _ = emissions.shape
+        _n, W, _ = emissions.shape
         lengths = mask.sum(1)  # (n,)
         emitted = emissions.gather(2, tags.unsqueeze(-1)).squeeze(-1)  # (n, W)
         moves = trans[tags[:, :-1], tags[:, 1:]]  # (n, W-1)

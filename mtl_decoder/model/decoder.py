@@ -1,8 +1,8 @@
 """The multi-task decoder: embedding -> L x (Pre-LN attention + expert block) -> final norm -> task heads.
 
-    ids -> embedding N(0, 0.02) [+ char-CNN and word-shape features] -> rows per route
-        -> L x DecoderLayer: h = h + Attention(Norm(h)); h = h + Block(Norm(h), routes)
-        -> final norm -> each task's head reads its route
+ids -> embedding N(0, 0.02) [+ char-CNN and word-shape features] -> rows per route
+    -> L x DecoderLayer: h = h + Attention(Norm(h)); h = h + Block(Norm(h), routes)
+    -> final norm -> each task's head reads its route
 """
 
 from __future__ import annotations
@@ -55,8 +55,9 @@ class WordFeatures(nn.Module):
         self.char_proj = nn.Linear(2 * char_dim, d_model) if char_dim else None
         self.shape_emb = nn.Embedding(len(SHAPES), d_model) if use_shape else None
 
-    def forward(self, word_index: torch.Tensor, char_ids: torch.Tensor | None, shape_ids: torch.Tensor | None
-                ) -> torch.Tensor:
+    def forward(
+        self, word_index: torch.Tensor, char_ids: torch.Tensor | None, shape_ids: torch.Tensor | None
+    ) -> torch.Tensor:
         """word_index (B, T) (-1 off words); char_ids (B, W, K); shape_ids (B, W) -> (B, T, C)."""
         out = 0.0
         safe = word_index.clamp(min=0)
@@ -80,12 +81,21 @@ class DecoderLayer(nn.Module):
         if cfg.ffn == "mlp":
             self.ffn = SwiGLU(cfg.d_model, cfg.mlp_width)
         else:
-            self.ffn = ExpertBlock(cfg.ffn, tasks, cfg.d_model, cfg.n_shared_experts, cfg.n_task_experts,
-                                   cfg.expert_hidden, cfg.initial_shared_weight, shared_gate=not is_last)
+            self.ffn = ExpertBlock(
+                cfg.ffn,
+                tasks,
+                cfg.d_model,
+                cfg.n_shared_experts,
+                cfg.n_task_experts,
+                cfg.expert_hidden,
+                cfg.initial_shared_weight,
+                shared_gate=not is_last,
+            )
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, h: torch.Tensor, mask: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def forward(
+        self, h: torch.Tensor, mask: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], layout: RouteLayout
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         N, T, C = h.shape
         h = h + self.dropout(self.attn(self.attn_norm(h), mask, rope))
         x = self.ffn_norm(h.view(N * T, C)[layout.token_index])  # (M, C): real tokens only, grouped by route
@@ -103,15 +113,19 @@ class MTLDecoder(nn.Module):
         self.cfg, self.tasks, self.pad_id = cfg, list(tasks), pad_id
         names = [t.name for t in tasks]
         self.embed = nn.Embedding(vocab_size, cfg.d_model)
-        self.word_features = (WordFeatures(cfg.d_model, cfg.char_embedding, cfg.word_features)
-                              if cfg.char_embedding or cfg.word_features else None)
+        self.word_features = (
+            WordFeatures(cfg.d_model, cfg.char_embedding, cfg.word_features)
+            if cfg.char_embedding or cfg.word_features
+            else None
+        )
         self.drop = nn.Dropout(cfg.dropout)
         self.rope = RotaryEmbedding(cfg.d_model // cfg.n_heads, cfg.rope_base)
         self.layers = nn.ModuleList(DecoderLayer(cfg, names, i == cfg.n_layers - 1) for i in range(cfg.n_layers))
         self.final_norm = make_norm(cfg.norm, cfg.d_model)
         self.heads = nn.ModuleDict({t.name: nn.Linear(cfg.d_model, len(t.labels)) for t in tasks})
-        self.crfs = nn.ModuleDict({t.name: CRF(list(t.labels)) for t in tasks
-                                   if t.kind == TAGGING and cfg.tagging_decoder == "crf"})
+        self.crfs = nn.ModuleDict(
+            {t.name: CRF(list(t.labels)) for t in tasks if t.kind == TAGGING and cfg.tagging_decoder == "crf"}
+        )
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -136,8 +150,9 @@ class MTLDecoder(nn.Module):
 
     # ---------------------------------------------------------------------------------- routes
 
-    def route_layout(self, attention_mask: torch.Tensor, tasks: list[str],
-                     present: dict[str, torch.Tensor] | None) -> RouteLayout:
+    def route_layout(
+        self, attention_mask: torch.Tensor, tasks: list[str], present: dict[str, torch.Tensor] | None
+    ) -> RouteLayout:
         """The rows each route takes: every example for ple/mlp; for cgc/mmoe only those a task asks for."""
         B = attention_mask.shape[0]
         everyone = torch.arange(B, device=attention_mask.device)
@@ -157,10 +172,17 @@ class MTLDecoder(nn.Module):
 
     # ---------------------------------------------------------------------------------- forward
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                labels: dict[str, torch.Tensor] | None = None, tasks: list[str] | None = None,
-                word_index: torch.Tensor | None = None, char_ids: torch.Tensor | None = None,
-                shape_ids: torch.Tensor | None = None, **unused) -> MTLOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        labels: dict[str, torch.Tensor] | None = None,
+        tasks: list[str] | None = None,
+        word_index: torch.Tensor | None = None,
+        char_ids: torch.Tensor | None = None,
+        shape_ids: torch.Tensor | None = None,
+        **unused,
+    ) -> MTLOutput:
         """input_ids, attention_mask: (B, T), right-padded. labels: task -> (B, T) tags or (B,) classes, -100 =
         no label. ``tasks``: heads to run (default: the labelled tasks, or all without labels)."""
         attention_mask = attention_mask.bool()
@@ -219,8 +241,14 @@ class MTLDecoder(nn.Module):
         m = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
 
-    def _task_loss(self, name: str, logits: torch.Tensor, labels: torch.Tensor, word_index: torch.Tensor | None,
-                   examples: torch.Tensor) -> torch.Tensor | None:
+    def _task_loss(
+        self,
+        name: str,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        word_index: torch.Tensor | None,
+        examples: torch.Tensor,
+    ) -> torch.Tensor | None:
         if name in self.crfs:
             keep = _has_label(labels)
             if not keep.any():
@@ -251,14 +279,15 @@ def _has_label(labels: torch.Tensor) -> torch.Tensor:
     return (labels != -100).any(dim=1) if labels.dim() == 2 else labels != -100
 
 
-def word_level(logits: torch.Tensor, word_index: torch.Tensor, labels: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def word_level(
+    logits: torch.Tensor, word_index: torch.Tensor, labels: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gather first-sub-word logits into word order: (n, W, L) emissions, (n, W) tags, (n, W) prefix mask.
 
     word_index (n, T) gives each sub-word's word (-1 for special tokens and padding); words cut by truncation
     are absent, so the present words of a row are always a prefix 0..W_i-1.
     """
-    n, T, L = logits.shape
+    n, _T, L = logits.shape
     prev = torch.cat([torch.full_like(word_index[:, :1], -1), word_index[:, :-1]], dim=1)
     first = (word_index >= 0) & (word_index != prev)  # (n, T)
     W = int(word_index.max().item()) + 1 if first.any() else 1

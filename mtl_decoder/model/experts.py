@@ -104,7 +104,7 @@ class Gate(nn.Module):
         if self.n_own:
             p = self.initial_shared_weight
             with torch.no_grad():  # n_shared * e^b / (n_shared * e^b + n_own) = p
-                self.proj.bias[self.n_own:] = math.log(p * self.n_own / ((1 - p) * self.n_shared))
+                self.proj.bias[self.n_own :] = math.log(p * self.n_own / ((1 - p) * self.n_shared))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.autocast(x.device.type, enabled=False):
@@ -116,7 +116,7 @@ def mix(weights: torch.Tensor, outputs: list[torch.Tensor]) -> torch.Tensor:
     """sum_e weights[:, e] * expert_e, where ``outputs`` are (E_i, M, C) pieces in the gate's expert order."""
     total, start = None, 0
     for y in outputs:
-        w = weights[:, start:start + y.shape[0]].to(y.dtype).t().unsqueeze(-1)  # (E_i, M, 1)
+        w = weights[:, start : start + y.shape[0]].to(y.dtype).t().unsqueeze(-1)  # (E_i, M, 1)
         part = (w * y).sum(0)  # (M, C)
         total = part if total is None else total + part
         start += y.shape[0]
@@ -126,16 +126,28 @@ def mix(weights: torch.Tensor, outputs: list[torch.Tensor]) -> torch.Tensor:
 class ExpertBlock(nn.Module):
     """The 'ple', 'cgc' or 'mmoe' block of one layer; ``shared_gate`` is False in ple's last layer."""
 
-    def __init__(self, variant: str, tasks: list[str], d_model: int, n_shared: int, n_task: int, hidden: int,
-                 initial_shared_weight: float, shared_gate: bool):
+    def __init__(
+        self,
+        variant: str,
+        tasks: list[str],
+        d_model: int,
+        n_shared: int,
+        n_task: int,
+        hidden: int,
+        initial_shared_weight: float,
+        shared_gate: bool,
+    ):
         super().__init__()
         self.variant = variant
         self.shared = ExpertGroup(n_shared, d_model, hidden)
         n_own = n_task if variant in ("ple", "cgc") else 0
         self.task_experts = nn.ModuleDict({t: ExpertGroup(n_task, d_model, hidden) for t in tasks} if n_own else {})
         self.task_gates = nn.ModuleDict({t: Gate(d_model, n_own, n_shared, initial_shared_weight) for t in tasks})
-        self.shared_gate = (Gate(d_model, n_own * len(tasks), n_shared, initial_shared_weight)
-                            if variant == "ple" and shared_gate else None)
+        self.shared_gate = (
+            Gate(d_model, n_own * len(tasks), n_shared, initial_shared_weight)
+            if variant == "ple" and shared_gate
+            else None
+        )
 
     def forward(self, x: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """x: (M, C) packed normed tokens -> (M, C) block output, and each gate's (M_route, E) weights."""
