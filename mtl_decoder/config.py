@@ -343,9 +343,9 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "~")):
-            if len(args) < len(typing.get_args(tp)):
-                return None
+        is_none = value is None or (isinstance(value, str) and value.lower() in ("none", "null", "~"))
+        if is_none and len(args) < len(typing.get_args(tp)):
+            return None
         return _coerce(key, value, args[0])
     if origin is list:
         (item_tp,) = typing.get_args(tp)
