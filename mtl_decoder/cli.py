@@ -1,0 +1,104 @@
+"""The command line: a thin map from subcommands to plain functions.
+
+    mtl-decoder train    --config C [--output-dir DIR] [--resume] [key=value ...]
+    mtl-decoder evaluate --model RUN/best [--split test] [--tasks a,b] [--data TASK=PATH ...] [--output DIR]
+    mtl-decoder predict  --model RUN/best --input FILE --output OUT.jsonl [--tasks a,b] [--on-error skip] [--force]
+
+User errors (bad config, bad data, missing files) print one line and exit with status 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from mtl_decoder.errors import UserError
+
+
+def _train(args: argparse.Namespace) -> None:
+    from mtl_decoder.config import load_config
+    from mtl_decoder.training import train
+
+    config = load_config(args.config, args.overrides)
+    train(config, output_dir=args.output_dir, resume=args.resume)
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    from mtl_decoder.evaluation.evaluate import evaluate_cli
+
+    evaluate_cli(args)
+
+
+def _predict(args: argparse.Namespace) -> None:
+    from mtl_decoder.prediction.predict import predict_cli
+
+    predict_cli(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mtl-decoder", description="Multi-task PLE decoder: train, evaluate, predict."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train on multi-task data", description="Train a multi-task model.")
+    p.add_argument("--config", required=True, help="experiment YAML (e.g. configs/demo.yaml)")
+    p.add_argument("--output-dir", help="run directory (default: training.output_dir)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run directory")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. model.d_model=64")
+    p.set_defaults(func=_train)
+
+    p = sub.add_parser(
+        "evaluate",
+        help="per-task metrics and expert utilisation",
+        description="Evaluate a saved model on a split or on given files.",
+    )
+    p.add_argument("--model", required=True, help="model directory (RUN/best)")
+    p.add_argument("--split", default="test", help="split named in the run's task files (default: test)")
+    p.add_argument("--tasks", help="comma-separated task names (default: all)")
+    p.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="TASK=PATH",
+        help="evaluate TASK on PATH instead of its split (repeatable)",
+    )
+    p.add_argument("--output", help="output directory (default: MODEL/eval-SPLIT)")
+    p.add_argument("--batch-size", type=int, help="examples per batch")
+    p.set_defaults(func=_evaluate)
+
+    p = sub.add_parser("predict", help="batch prediction on files", description="Predict on a file, streaming.")
+    p.add_argument("--model", required=True, help="model directory (RUN/best)")
+    p.add_argument("--input", required=True, help="input file: .jsonl .csv .tsv .txt .conll")
+    p.add_argument("--output", required=True, help="output .jsonl")
+    p.add_argument("--format", choices=["jsonl", "csv", "tsv", "txt", "conll"], help="input format (default: suffix)")
+    p.add_argument("--text-column", default="text", help="text column of .csv/.tsv input (default: text)")
+    p.add_argument("--tasks", help="comma-separated task names (default: all)")
+    p.add_argument("--batch-size", type=int, default=64, help="examples per batch (default: 64)")
+    p.add_argument(
+        "--on-error",
+        choices=["fail", "skip"],
+        default="fail",
+        help="fail (default): stop at the first bad record; skip: write it to OUT.errors.jsonl",
+    )
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.set_defaults(func=_predict)
+    return parser
+
+
+def main(argv: list[str] | None = None, run: Callable | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        (run or args.func)(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Per-task metrics, expert utilisation and reports."""

@@ -1,0 +1,151 @@
+"""Text -> sub-word ids, keeping each sub-word's word (for word labels) and character offsets (for raw text).
+
+By default a cased WordPiece (or BPE) tokenizer is trained on the tasks' training texts; any Hugging Face
+tokenizer (a fast one: its ``tokenizers`` backend is used) can be loaded instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from mtl_decoder.config import TokenizerConfig
+from mtl_decoder.errors import UserError
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+TOKENIZER_FILE = "tokenizer.json"
+
+
+@dataclass
+class Encoded:
+    ids: list[int]
+    word_index: list[int]
+    """Per sub-word: its word's number, -1 for special tokens."""
+    words: list[str]
+    """The words (given, or the pre-tokenizer's words of a raw text)."""
+    spans: list[tuple[int, int]] | None
+    """For raw text: each word's (start, end) character offsets."""
+    kept_words: int
+    """Words whose first sub-word fits in max_length (the rest were cut by truncation)."""
+
+    @property
+    def truncated(self) -> bool:
+        return self.kept_words < len(self.words)
+
+
+def train_tokenizer(texts: Iterable[str | list[str]], cfg: TokenizerConfig) -> Tokenizer:
+    """A cased WordPiece/BPE tokenizer trained on ``texts`` (raw strings or word lists)."""
+    if cfg.kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=SPECIALS
+        )
+        tok.decoder = decoders.WordPiece()
+    else:
+        tok = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##"))
+        trainer = trainers.BpeTrainer(
+            vocab_size=cfg.vocab_size,
+            min_frequency=cfg.min_frequency,
+            special_tokens=SPECIALS,
+            continuing_subword_prefix="##",
+        )
+        tok.decoder = decoders.WordPiece()
+    steps = [normalizers.NFC()] + ([normalizers.Lowercase()] if cfg.lowercase else [])
+    tok.normalizer = normalizers.Sequence(steps)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator((t if isinstance(t, str) else " ".join(t) for t in texts), trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+    )
+    return tok
+
+
+def load_pretrained_tokenizer(name_or_path: str) -> Tokenizer:
+    """The ``tokenizers`` backend of a Hugging Face tokenizer (id or local path)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return Tokenizer.from_file(str(path))
+    if (path / TOKENIZER_FILE).is_file():
+        return Tokenizer.from_file(str(path / TOKENIZER_FILE))
+    from transformers import AutoTokenizer  # heavy: only when a hub tokenizer is asked for
+
+    try:
+        hf = AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
+    except OSError as err:
+        raise UserError(f"cannot load tokenizer '{name_or_path}': {err}") from None
+    if not getattr(hf, "is_fast", False):
+        raise UserError(f"tokenizer '{name_or_path}' has no fast (tokenizers) version")
+    return hf.backend_tokenizer
+
+
+class TextEncoder:
+    """Encodes words or raw text to at most ``max_length`` ids, special tokens included."""
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int):
+        self.tokenizer = tokenizer
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        self.max_length = max_length
+        self.n_special = tokenizer.num_special_tokens_to_add(False)
+        vocab = tokenizer.get_vocab()
+        self.pad_id = next((vocab[t] for t in ("[PAD]", "<pad>", "<|endoftext|>", "</s>") if t in vocab), 0)
+        self.unk_id = next((vocab[t] for t in ("[UNK]", "<unk>") if t in vocab), self.pad_id)
+        self.vocab_size = tokenizer.get_vocab_size()
+
+    def encode_words(self, words: list[str]) -> Encoded:
+        enc = self.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False)
+        covered = set(enc.word_ids)
+        if len(covered) < len(words):  # a word the normalizer erased entirely (e.g. U+200B): make it [UNK]
+            unk = self.tokenizer.id_to_token(self.unk_id)
+            fixed = [w if i in covered else unk for i, w in enumerate(words)]
+            enc = self.tokenizer.encode(fixed, is_pretokenized=True, add_special_tokens=False)
+        return self._finish(enc, words, None)
+
+    def encode_text(self, text: str) -> Encoded:
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        spans: list[tuple[int, int]] = []
+        for word, (start, end) in zip(enc.word_ids, enc.offsets, strict=True):
+            if word is None:
+                continue
+            if word == len(spans):
+                spans.append((start, end))
+            else:
+                spans[word] = (spans[word][0], end)
+        words = [text[s:e] for s, e in spans]
+        return self._finish(enc, words, spans)
+
+    def _finish(self, enc, words: list[str], spans) -> Encoded:
+        budget = self.max_length - self.n_special
+        if len(enc.ids) > budget:
+            enc.truncate(budget)
+        enc = self.tokenizer.post_process(enc)
+        word_index = [-1 if w is None else w for w in enc.word_ids]
+        kept = max(word_index, default=-1) + 1
+        return Encoded(list(enc.ids), word_index, words, spans, kept)
+
+    def encode_many(self, items: Iterable[list[str] | str]) -> Iterator[Encoded]:
+        for item in items:
+            yield self.encode_text(item) if isinstance(item, str) else self.encode_words(item)
+
+    def save(self, directory: str | Path) -> None:
+        self.tokenizer.save(str(Path(directory) / TOKENIZER_FILE))
+
+    @classmethod
+    def load(cls, directory: str | Path, max_length: int) -> TextEncoder:
+        path = Path(directory) / TOKENIZER_FILE
+        if not path.is_file():
+            raise UserError(f"{directory}: no {TOKENIZER_FILE} (is this a model directory?)")
+        return cls(Tokenizer.from_file(str(path)), max_length)
+
+
+def word_labels(encoded: Encoded, word_tags: list[int]) -> list[int]:
+    """Label ids on the first sub-word of each word, -100 on the rest and on special tokens."""
+    labels, prev = [], -1
+    for w in encoded.word_index:
+        labels.append(word_tags[w] if w >= 0 and w != prev else -100)
+        prev = w
+    return labels

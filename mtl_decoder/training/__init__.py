@@ -1,0 +1,5 @@
+"""Training with HF Accelerate: loss balancing, validation and selection, checkpoints and resume."""
+
+from mtl_decoder.training.trainer import TrainResult, train
+
+__all__ = ["TrainResult", "train"]

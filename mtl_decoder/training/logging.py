@@ -1,0 +1,153 @@
+"""What a run tells the person watching it, and what it writes down: a start banner, a tqdm bar per epoch
+with per-task losses and balancing weights, ``metrics.jsonl`` (always) and Accelerate trackers
+(TensorBoard when installed), and a final per-task summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from accelerate import Accelerator
+from tqdm.auto import tqdm
+
+from mtl_decoder.config import ExperimentConfig
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None: ...
+    def set_postfix_str(self, text: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class RunLogger:
+    def __init__(self, accelerator: Accelerator, run_dir: Path, config: ExperimentConfig, progress: bool = True):
+        self.acc, self.run_dir, self.progress_enabled = accelerator, run_dir, progress
+        self.main = accelerator.is_main_process
+        self.path = run_dir / METRICS_FILE
+        self._losses: dict[str, list[float]] = {}
+        self._weights: dict[str, float] = {}
+        self._grad_norms: list[float] = []
+        self._file = None
+        if accelerator.log_with:
+            accelerator.init_trackers("tensorboard", config=_flat(config.to_dict()))
+
+    # ---------------------------------------------------------------------------------------------- output
+
+    def info(self, text: str) -> None:
+        if self.main:
+            tqdm.write(text)
+
+    def banner(self, lines: list[str]) -> None:
+        for line in lines:
+            self.info(line)
+
+    def progress(self, total: int, done: int, desc: str):
+        if not (self.main and self.progress_enabled):
+            return _NoBar()
+        return tqdm(total=total, initial=done, desc=desc, unit="batch", dynamic_ncols=True, leave=False)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if not self.main:
+            return
+        if self._file is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def truncate_after(self, step: int) -> None:
+        """On resume: drop what a killed run logged after its checkpoint, so the log reads like one run."""
+        if not (self.main and self.path.is_file()):
+            return
+        kept = [
+            line
+            for line in self.path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= step
+        ]
+        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+    # ---------------------------------------------------------------------------------------------- records
+
+    def record_losses(self, values: dict[str, float], weights: dict[str, float]) -> None:
+        for task, value in values.items():
+            self._losses.setdefault(task, []).append(value)
+        self._weights = weights
+
+    def record_grad_norm(self, norm: float) -> None:
+        self._grad_norms.append(norm)
+
+    def train_step(self, step: int, epoch: int, lr: float, balancer, bar) -> None:
+        losses = {t: sum(v) / len(v) for t, v in self._losses.items() if v}
+        weights = balancer.weights()
+        record: dict[str, Any] = {"type": "train", "step": step, "epoch": epoch + 1, "lr": lr}
+        record.update({f"loss/{t}": v for t, v in losses.items()})
+        record.update({f"weight/{t}": w * balancer.cfg.scale for t, w in weights.items()})
+        if self._grad_norms:
+            record["grad_norm"] = sum(self._grad_norms) / len(self._grad_norms)
+        self._write(record)
+        self.acc.log({k: v for k, v in record.items() if k != "type"}, step=step)
+        bar.set_postfix_str("  ".join(f"{t} {losses[t]:.3f} x{weights[t]:.2f}" for t in losses))
+        self._losses, self._grad_norms = {}, []
+
+    def validation(
+        self,
+        step: int,
+        epoch: int,
+        metrics: dict[str, dict[str, Any]],
+        score: float,
+        improved: bool,
+        config: ExperimentConfig,
+    ) -> None:
+        record: dict[str, Any] = {"type": "validation", "step": step, "epoch": epoch, "score": score}
+        for task, m in metrics.items():
+            record.update({f"{task}/{k}": v for k, v in m.items() if isinstance(v, (int, float))})
+        self._write(record)
+        self.acc.log({f"validation/{k}": v for k, v in record.items() if k not in ("type", "step", "epoch")}, step=step)
+        parts = [
+            f"{t} {config.tasks[t].primary_metric} {m[config.tasks[t].primary_metric]:.4f}" for t, m in metrics.items()
+        ]
+        self.info(f"step {step}: validation {'  '.join(parts)}  score {score:.4f}{'  (best)' if improved else ''}")
+
+    def summary(self, result, config: ExperimentConfig) -> None:
+        if not self.main:
+            return
+        lines = [
+            f"done: {result.steps} steps in {result.wall_time_s / 60:.1f} min"
+            f"{' (early stop)' if result.stopped_early else ''}; best at step {result.best_step} "
+            f"(score {result.best_score:.4f}) -> {result.best_dir}"
+        ]
+        for task, m in result.best_metrics.items():
+            kind = config.tasks[task].kind
+            keys = ("precision", "recall", "f1", "f1_strict") if kind == "token_tagging" else ("accuracy", "macro_f1")
+            lines.append(f"  {task:<20} " + "  ".join(f"{k} {m[k]:.4f}" for k in keys))
+        self.banner(lines)
+        summary = {
+            "best_step": result.best_step,
+            "best_score": result.best_score,
+            "steps": result.steps,
+            "stopped_early": result.stopped_early,
+            "wall_time_s": result.wall_time_s,
+            "validation": result.best_metrics,
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Config as flat scalar hyper-parameters (TensorBoard's hparams take no lists or dicts)."""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    key = prefix.rstrip(".")
+    if isinstance(tree, list):
+        return {key: json.dumps(tree)}
+    return {key: "none" if tree is None else tree}

@@ -1,0 +1,354 @@
+"""The training recipe: setup -> train -> save -> cleanup, on one CPU, one GPU or many processes (Accelerate).
+
+mtl-decoder train --config configs/demo.yaml [--output-dir DIR] [--resume] [key=value ...]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator, DistributedDataParallelKwargs, skip_first_batches
+from accelerate.utils import gather_object, set_seed
+
+from mtl_decoder.config import ExperimentConfig, load_config
+from mtl_decoder.data import Collator, MultiTaskBatchSampler, MultiTaskDataset
+from mtl_decoder.errors import UserError
+from mtl_decoder.evaluation.metrics import selection_score, task_metrics
+from mtl_decoder.evaluation.scoring import gold_and_predicted, predict_examples
+from mtl_decoder.inference import Predictor
+from mtl_decoder.pretrained import CONFIG_FILE, LABELS_FILE, build_model, save_pretrained
+from mtl_decoder.tokenization import TextEncoder
+from mtl_decoder.training.balancing import LossBalancer
+from mtl_decoder.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from mtl_decoder.training.logging import RunLogger
+from mtl_decoder.training.setup import (
+    RunData,
+    encode_sources,
+    lr_lambda,
+    make_optimizer,
+    make_tokenizer,
+    parameter_groups,
+    read_data,
+)
+
+
+class NonFiniteLoss(UserError):
+    """A task's loss became NaN or infinite: the run stops, the last good checkpoint stays."""
+
+
+@dataclass
+class TrainResult:
+    output_dir: Path
+    best_dir: Path
+    best_step: int
+    best_score: float
+    best_metrics: dict[str, dict[str, Any]]
+    steps: int
+    stopped_early: bool
+    wall_time_s: float
+
+
+def train(
+    config: ExperimentConfig | str | Path,
+    overrides: list[str] = (),
+    output_dir: str | Path | None = None,
+    resume: bool = False,
+) -> TrainResult:
+    """Train a multi-task model; returns where the best model went and its validation metrics."""
+    if not isinstance(config, ExperimentConfig):
+        config = load_config(config, list(overrides))
+    trainer = Trainer(config, output_dir, resume)
+    try:
+        return trainer.fit()
+    finally:
+        trainer.cleanup()
+
+
+class Trainer:
+    def __init__(self, config: ExperimentConfig, output_dir: str | Path | None = None, resume: bool = False):
+        self.cfg = config
+        if output_dir is not None:
+            config.training.output_dir = str(output_dir)
+        self.run_dir = Path(config.training.output_dir)
+        tcfg = config.training
+        ddp = DistributedDataParallelKwargs(find_unused_parameters=True)  # cgc/mmoe: absent routes skip experts
+        tracker = "tensorboard" if importlib.util.find_spec("tensorboard") else None
+        self.accelerator = Accelerator(
+            mixed_precision=tcfg.mixed_precision,
+            gradient_accumulation_steps=tcfg.grad_accum_steps,
+            log_with=tracker,
+            kwargs_handlers=[ddp],
+            project_dir=str(self.run_dir),
+        )
+        self.resume_from = self._resume_path(resume)
+        set_seed(tcfg.seed)
+        self.log = RunLogger(self.accelerator, self.run_dir, config, progress=tcfg.progress)
+        self.data = self._setup_data()
+        self._setup_model()
+        self.state: dict[str, Any] = {
+            "step": 0,
+            "epoch": 0,
+            "batches_in_epoch": 0,
+            "best_score": -math.inf,
+            "best_step": 0,
+            "best_metrics": {},
+            "bad_validations": 0,
+            "validations": [],
+        }
+        if self.resume_from is not None:
+            self._restore(self.resume_from)
+
+    # ------------------------------------------------------------------------------------------------ setup
+
+    def _resume_path(self, resume: bool) -> Path | None:
+        explicit = self.cfg.training.resume_from
+        if explicit:
+            return Path(explicit)
+        if resume:
+            found = latest_checkpoint(self.run_dir / "checkpoints")
+            if found is None:
+                raise UserError(f"--resume: no complete checkpoint in {self.run_dir / 'checkpoints'}")
+            return found
+        if (self.run_dir / CONFIG_FILE).is_file():
+            raise UserError(f"{self.run_dir} already holds a run: use --resume to continue it, or another --output-dir")
+        return None
+
+    def _setup_data(self) -> RunData:
+        cfg, acc = self.cfg, self.accelerator
+        train, validation, label_sets = read_data(cfg, self.run_dir)
+        with acc.main_process_first():  # the main process trains and saves the tokenizer, the others load it
+            encoder = TextEncoder(make_tokenizer(cfg, train, self.run_dir), cfg.data.max_length)
+            if acc.is_main_process:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                encoder.save(self.run_dir)
+                (self.run_dir / LABELS_FILE).write_text(json.dumps(label_sets, indent=2), encoding="utf-8")
+                cfg.save(self.run_dir / CONFIG_FILE)
+        kinds = {name: t.kind for name, t in cfg.tasks.items()}
+        encoded, report = encode_sources(train, encoder, label_sets, kinds)
+        return RunData(train, validation, label_sets, encoder, MultiTaskDataset(encoded), report)
+
+    def _setup_model(self) -> None:
+        cfg, acc, data = self.cfg, self.accelerator, self.data
+        self.model = build_model(cfg, data.label_sets, data.encoder)
+        static = {name: t.loss_weight for name, t in cfg.tasks.items()}
+        self.balancer = LossBalancer(cfg.balancing, list(cfg.tasks), static).to(acc.device)
+        optimizer = make_optimizer(parameter_groups(self.model, self.balancer, cfg.training.weight_decay), cfg.training)
+        self.sampler = MultiTaskBatchSampler(
+            data.dataset.source_sizes,
+            cfg.data.batch_size,
+            cfg.data.sampling,
+            cfg.data.temperature,
+            data.dataset.lengths,
+            cfg.data.group_by_length,
+            seed=cfg.training.seed,
+        )
+        word_features = bool(cfg.model.char_embedding or cfg.model.word_features)
+        collate = Collator(data.encoder.pad_id, {n: t.kind for n, t in cfg.tasks.items()}, word_features)
+        loader = torch.utils.data.DataLoader(data.dataset, batch_sampler=self.sampler, collate_fn=collate)
+        self.model, self.optimizer, self.loader = acc.prepare(self.model, optimizer, loader)
+        self.steps_per_epoch = max(1, len(self.loader) // cfg.training.grad_accum_steps)
+        self.total_steps = cfg.training.max_steps or cfg.training.epochs * self.steps_per_epoch
+        self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.training, self.total_steps))
+
+    def _restore(self, path: Path) -> None:
+        state = load_checkpoint(self.accelerator, path)
+        self.balancer.load(state.pop("balancer"))
+        self.scheduler.load_state_dict(state.pop("scheduler"))
+        self.state.update(state)
+        self.log.truncate_after(self.state["step"])
+        self.log.info(f"resumed from {path} at step {self.state['step']} (epoch {self.state['epoch'] + 1})")
+
+    # ------------------------------------------------------------------------------------------------ train
+
+    def fit(self) -> TrainResult:
+        start = time.perf_counter()
+        self.log.banner(self._banner())
+        stopped_early = False
+        st = self.state
+        while st["epoch"] < self.epochs and st["step"] < self.total_steps and not stopped_early:
+            stopped_early = self._run_epoch(st["epoch"])
+            if st["batches_in_epoch"] >= len(self.loader):  # the epoch ran to its end
+                self.balancer.end_epoch()
+                st["epoch"], st["batches_in_epoch"] = st["epoch"] + 1, 0
+                if self.cfg.training.eval_every == 0 or st["step"] >= self.total_steps:
+                    stopped_early = self._validate_and_checkpoint()
+        if not stopped_early and (not st["validations"] or st["validations"][-1]["step"] != st["step"]):
+            self._validate_and_checkpoint()
+        wall = time.perf_counter() - start
+        result = TrainResult(
+            self.run_dir,
+            self.run_dir / "best",
+            st["best_step"],
+            st["best_score"],
+            st["best_metrics"],
+            st["step"],
+            stopped_early,
+            wall,
+        )
+        self.log.summary(result, self.cfg)
+        return result
+
+    def _run_epoch(self, epoch: int) -> bool:
+        """Train until the epoch ends, the step budget is spent or early stopping triggers (returns True)."""
+        st = self.state
+        self.sampler.set_epoch(epoch)
+        self.loader.set_epoch(epoch)
+        loader = skip_first_batches(self.loader, st["batches_in_epoch"]) if st["batches_in_epoch"] else self.loader
+        self.sampler.set_epoch(epoch)
+        bar = self.log.progress(len(self.loader), st["batches_in_epoch"], f"epoch {epoch + 1}/{self.epochs}")
+        for batch in loader:
+            st["batches_in_epoch"] += 1
+            synced = self._train_step(batch)
+            bar.update(1)
+            if not synced:
+                continue
+            st["step"] += 1
+            self.scheduler.step()
+            if st["step"] % self.cfg.training.log_every == 0:
+                self.log.train_step(st["step"], epoch, self.scheduler.get_last_lr()[0], self.balancer, bar)
+            last = st["step"] >= self.total_steps
+            every = self.cfg.training.eval_every
+            if every and (st["step"] % every == 0 or last) and self._validate_and_checkpoint():
+                bar.close()
+                return True
+            if last:
+                break
+        bar.close()
+        return False
+
+    def _train_step(self, batch: dict[str, Any]) -> bool:
+        acc, cfg = self.accelerator, self.cfg
+        if cfg.data.word_dropout:
+            self._drop_words(batch)
+        with acc.accumulate(self.model):
+            out = self.model(**batch)
+            values = self._reduce_losses(out.losses)
+            self.balancer.observe(values)
+            total = self.balancer.combine(out.losses)
+            acc.backward(total)
+            if acc.sync_gradients:
+                if self.balancer.log_vars is not None and acc.num_processes > 1:
+                    self.balancer.log_vars.grad = acc.reduce(self.balancer.log_vars.grad, "mean")
+                if cfg.training.max_grad_norm:
+                    norm = acc.clip_grad_norm_(self.model.parameters(), cfg.training.max_grad_norm)
+                    self.log.record_grad_norm(float(norm))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.log.record_losses(values, self.balancer.weights())
+        return acc.sync_gradients
+
+    def _reduce_losses(self, losses: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Each task's loss averaged over the processes that saw it; stops on a non-finite value anywhere."""
+        names = list(self.cfg.tasks)
+        device = self.accelerator.device
+        values = torch.zeros(len(names), device=device)
+        counts = torch.zeros(len(names), device=device)
+        for name, loss in losses.items():
+            values[names.index(name)] = loss.detach().float()
+            counts[names.index(name)] = 1
+        if self.accelerator.num_processes > 1:
+            values, counts = self.accelerator.reduce(values, "sum"), self.accelerator.reduce(counts, "sum")
+        out = {}
+        for name, value, count in zip(names, values.tolist(), counts.tolist(), strict=True):
+            if count and not math.isfinite(value):
+                last = latest_checkpoint(self.run_dir / "checkpoints")
+                raise NonFiniteLoss(
+                    f"non-finite loss ({value}) for task '{name}' at step {self.state['step'] + 1}; "
+                    f"stopped. Last good checkpoint: {last or 'none yet'}. Try a lower training.lr "
+                    "or training.mixed_precision=no"
+                )
+            if count:
+                out[name] = value / count
+        return out
+
+    def _drop_words(self, batch: dict[str, Any]) -> None:
+        """Word dropout: every sub-word of a dropped word becomes [UNK] (labels kept). Uses the torch RNG in
+        step order, so a resumed run draws exactly what an uninterrupted one would."""
+        word_index = batch["word_index"]
+        W = int(word_index.max()) + 1
+        if W <= 0:
+            return
+        dropped = torch.rand(word_index.shape[0], W, device=word_index.device) < self.cfg.data.word_dropout
+        hit = (word_index >= 0) & dropped.gather(1, word_index.clamp(min=0))
+        batch["input_ids"] = batch["input_ids"].masked_fill(hit, self.data.encoder.unk_id)
+
+    # ------------------------------------------------------------------------------------------------ validation
+
+    def validate(self) -> dict[str, dict[str, Any]]:
+        """Per-task validation metrics through the same Predictor as evaluate/predict; examples are sharded
+        across processes and the predictions gathered."""
+        acc = self.accelerator
+        model = acc.unwrap_model(self.model)
+        predictor = Predictor(model, self.data.encoder, self.data.label_sets, self.cfg.data.eval_batch_size)
+        metrics = {}
+        for source in self.data.validation_sources:
+            names = [t.name for t in source.tasks]
+            with acc.split_between_processes(source.examples) as shard:
+                preds = predict_examples(predictor, shard, names)
+            if acc.num_processes > 1:
+                preds = gather_object(preds)
+            for name in names:
+                gold, pred = gold_and_predicted(self.cfg.tasks[name], source.examples, preds)
+                metrics[name] = task_metrics(self.cfg.tasks[name], gold, pred, self.data.label_sets[name])
+        return metrics
+
+    def _validate_and_checkpoint(self) -> bool:
+        """Validate, keep the best model, save a resumable checkpoint; True when patience has run out."""
+        st, acc = self.state, self.accelerator
+        metrics = self.validate()
+        score = selection_score(self.cfg.tasks, metrics)
+        improved = score > st["best_score"]
+        if improved:
+            st.update(best_score=score, best_step=st["step"], best_metrics=metrics, bad_validations=0)
+            if acc.is_main_process:
+                info = {"step": st["step"], "score": score, "validation": metrics}
+                save_pretrained(
+                    self.run_dir / "best",
+                    acc.unwrap_model(self.model),
+                    self.data.encoder,
+                    self.cfg,
+                    self.data.label_sets,
+                    extra=info,
+                )
+        else:
+            st["bad_validations"] += 1
+        st["validations"].append({"step": st["step"], "score": score})
+        self.log.validation(st["step"], st["epoch"], metrics, score, improved, self.cfg)
+        state = {**st, "balancer": self.balancer.state(), "scheduler": self.scheduler.state_dict()}
+        save_checkpoint(acc, self.run_dir / "checkpoints", st["step"], state, self.cfg.training.keep_checkpoints)
+        patience = self.cfg.training.patience
+        return bool(patience) and st["bad_validations"] >= patience
+
+    # ------------------------------------------------------------------------------------------------ report
+
+    def _banner(self) -> list[str]:
+        model = self.accelerator.unwrap_model(self.model)
+        mcfg, acc = self.cfg.model, self.accelerator
+        lines = [
+            f"mtl-decoder: {model.num_parameters():,} parameters, ffn={mcfg.ffn}, attention={mcfg.attention}, "
+            f"{mcfg.n_layers} layers x d_model {mcfg.d_model}",
+            f"device: {acc.device} x {acc.num_processes} process(es), precision: {self.cfg.training.mixed_precision}",
+            f"steps: {self.total_steps} ({self.steps_per_epoch}/epoch, batch {self.cfg.data.batch_size} per process)",
+            *self.data.report,
+        ]
+        for name, task in self.cfg.tasks.items():
+            lines.append(
+                f"task {name} ({task.kind}): {len(self.data.label_sets[name])} labels, primary metric "
+                f"{task.primary_metric}"
+            )
+        if mcfg.ffn in ("ple", "cgc"):
+            lines.append(f"gates start with {mcfg.initial_shared_weight:.0%} of their weight on the shared experts")
+        lines.append(f"balancing: {self.cfg.balancing.method} (scale {self.cfg.balancing.scale})")
+        return lines
+
+    def cleanup(self) -> None:
+        self.log.close()
+        self.accelerator.end_training()
