@@ -6,6 +6,7 @@ full dotted key. ``load_config`` is the one entry point: YAML file -> task files
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
@@ -509,7 +510,7 @@ def load_config(
     path: str | Path | None, overrides: list[str] = (), base: dict[str, Any] | None = None
 ) -> ExperimentConfig:
     """Read an experiment YAML (or start from ``base``), apply ``key=value`` overrides, validate."""
-    tree: dict[str, Any] = dict(base or {})
+    tree: dict[str, Any] = copy.deepcopy(base or {})
     if path is not None:
         path = Path(path)
         tree.update(_read_yaml(path))
