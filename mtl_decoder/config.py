@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -100,8 +101,10 @@ class ModelConfig:
 
 @dataclass
 class TokenizerConfig:
-    kind: str = "wordpiece"
-    """'wordpiece' or 'bpe' (trained on the tasks' training texts), or 'pretrained' (any HF tokenizer)."""
+    kind: str = "bpe"
+    """'bpe' or 'wordpiece' (trained on the tasks' training texts), or 'pretrained' (any HF tokenizer). 'bpe'
+    trains deterministically; 'wordpiece' training in `tokenizers` varies run to run (ties broken in hash order),
+    so only a saved run is exactly reproducible with it."""
     vocab_size: int = 16000
     """Vocabulary size of a trained tokenizer."""
     pretrained: str | None = None
@@ -364,19 +367,27 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             return value.lower() in ("true", "yes", "1")
         raise ConfigError(key, f"expected true or false, got {value!r}")
     if tp is int:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        if isinstance(value, (bool, list, dict)):
             raise ConfigError(key, f"expected an integer, got {value!r}")
         try:
-            return int(value)
-        except (TypeError, ValueError):
+            if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+                return int(value)
+            number = float(value) if isinstance(value, (str, float)) else value
+            if isinstance(number, float) and not number.is_integer():
+                raise ValueError
+            return int(number)  # YAML reads 1e3 as a string: accept it when it is a whole number
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(key, f"expected an integer, got {value!r}") from None
     if tp is float:
-        if isinstance(value, bool):
+        if isinstance(value, (bool, list, dict)):
             raise ConfigError(key, f"expected a number, got {value!r}")
         try:
-            return float(value)
+            number = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string; float() takes it
         except (TypeError, ValueError):
             raise ConfigError(key, f"expected a number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise ConfigError(key, f"expected a finite number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, (dict, list)):
             raise ConfigError(key, f"expected a string, got {value!r}")
@@ -398,7 +409,8 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
         if key not in hints:
-            raise ConfigError(full, f"unknown key{did_you_mean(str(key), names)}")
+            dotted = [f"{prefix}.{n}" if prefix else n for n in names]
+            raise ConfigError(full, f"unknown key{did_you_mean(full, dotted)}")
         kwargs[key] = _coerce(full, value, hints[key])
     missing = [
         f.name
@@ -440,6 +452,15 @@ def load_task_file(path: str | Path) -> dict[str, Any]:
     return _resolve_task_paths(task, path.parent)
 
 
+def load_task(path: str | Path) -> TaskConfig:
+    """One task file, validated (errors name tasks.NAME.field); its data files are not opened."""
+    task = load_task_file(path)
+    name = task.get("name")
+    if not isinstance(name, str):
+        raise ConfigError("name", f"{path}: a task file needs a name")
+    return build(TaskConfig, task, f"tasks.{name}")
+
+
 def _resolve_task_paths(task: dict[str, Any], base: Path) -> dict[str, Any]:
     data = task.get("data")
     if isinstance(data, dict) and not data.get("hub_id"):
@@ -473,7 +494,10 @@ def _tasks_from_yaml(entries: Any, base: Path) -> dict[str, dict[str, Any]]:
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """'a.b.c=value' -> (['a', 'b', 'c'], parsed value); the value is read as YAML (1e-3 stays a string)."""
+    """'a.b.c=value' -> (['a', 'b', 'c'], parsed value); the value is read as YAML.
+
+    YAML 1.1 reads ``1e-3`` as a string; the typed fields coerce it (``training.lr=1e-3`` is the float 0.001).
+    """
     if "=" not in text:
         raise ConfigError(text, "an override must look like key=value (e.g. model.d_model=64)")
     key, raw = text.split("=", 1)

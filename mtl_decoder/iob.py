@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 
+def is_tag(tag: str) -> bool:
+    """Whether ``tag`` is O, B-X or I-X (X non-empty)."""
+    return tag == "O" or (tag.startswith(("B-", "I-")) and len(tag) > 2)
+
+
 def first_invalid(tags: list[str]) -> int | None:
     """Index of the first tag that breaks IOB2 (I-X not after B-X/I-X, or not O/B-/I-), else None."""
     prev = "O"
     for i, tag in enumerate(tags):
-        if tag != "O" and not (tag.startswith(("B-", "I-")) and len(tag) > 2):
+        if not is_tag(tag):
             return i
         if tag.startswith("I-") and prev[2:] != tag[2:]:
             return i

@@ -51,15 +51,24 @@ class RecordReader:
         return getattr(self, f"_read_{self.fmt}")()
 
     def _open(self):
-        return open(self.path, encoding="utf-8", newline="")
+        # utf-8-sig: a byte-order mark (spreadsheet exports) must not become part of the first column's name
+        return open(self.path, encoding="utf-8-sig", newline="")
+
+    def _decode(self, raw: bytes, lineno: int) -> str:
+        try:
+            return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError as err:
+            raise DataError(self.path, lineno, f"not valid UTF-8 ({err.reason} at byte {err.start + 1})") from None
 
     def _read_jsonl(self) -> Iterator[Record]:
-        with self._open() as f:
-            for lineno, line in enumerate(f, 1):
+        # Binary lines, decoded one at a time: a bad byte is reported with its line, and only '\n' ends a record.
+        with open(self.path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                line = self._decode(raw, lineno)
                 if not line.strip():
                     self.empty_lines += 1
                     continue
-                yield Record(lineno, self._parse_object(line, lineno))
+                yield Record(lineno, self._parse_object(line.rstrip("\r\n"), lineno))
 
     def _parse_object(self, text: str, lineno: int) -> dict[str, Any]:
         try:
@@ -72,26 +81,43 @@ class RecordReader:
 
     def _read_json(self) -> Iterator[Record]:
         # A JSON array cannot be streamed with the standard library; decode element by element to keep lines.
-        text = Path(self.path).read_text(encoding="utf-8")
+        try:
+            text = Path(self.path).read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise DataError(self.path, None, f"not valid UTF-8 ({err.reason} at byte {err.start + 1})") from None
         decoder = json.JSONDecoder()
         pos = _skip_space(text, 0)
         if pos >= len(text) or text[pos] != "[":
-            raise DataError(self.path, 1, "expected a JSON array of objects")
+            raise DataError(self.path, text.count("\n", 0, pos) + 1, "expected a JSON array of objects")
+        lineno, counted = 1, 0  # line of text[counted], advanced incrementally (no rescans from the start)
+
+        def line_at(p: int) -> int:
+            nonlocal lineno, counted
+            lineno += text.count("\n", counted, p)
+            counted = p
+            return lineno
+
         pos = _skip_space(text, pos + 1)
+        first = True
         while pos < len(text) and text[pos] != "]":
-            lineno = text.count("\n", 0, pos) + 1
+            if not first:
+                if text[pos] != ",":
+                    raise DataError(self.path, line_at(pos), "malformed JSON (expected ',' or ']' after an object)")
+                pos = _skip_space(text, pos + 1)
+            first = False
+            line = line_at(pos)
             try:
                 data, pos = decoder.raw_decode(text, pos)
             except json.JSONDecodeError as err:
                 raise DataError(self.path, err.lineno, f"malformed JSON ({err.msg} at column {err.colno})") from None
             if not isinstance(data, dict):
-                raise DataError(self.path, lineno, f"expected a JSON object, got {type(data).__name__}")
-            yield Record(lineno, data)
+                raise DataError(self.path, line, f"expected a JSON object, got {type(data).__name__}")
+            yield Record(line, data)
             pos = _skip_space(text, pos)
-            if pos < len(text) and text[pos] == ",":
-                pos = _skip_space(text, pos + 1)
         if pos >= len(text):
             raise DataError(self.path, text.count("\n") + 1, "malformed JSON (unterminated array)")
+        if _skip_space(text, pos + 1) < len(text):
+            raise DataError(self.path, line_at(pos), "malformed JSON (text after the closing ']')")
 
     def _read_csv(self) -> Iterator[Record]:
         yield from self._read_delimited(",")
@@ -102,24 +128,35 @@ class RecordReader:
     def _read_delimited(self, delimiter: str) -> Iterator[Record]:
         with self._open() as f:
             reader = csv.reader(f, delimiter=delimiter)
-            header = next(reader, None)
-            if not header:
-                raise DataError(self.path, 1, "missing header row")
-            start = reader.line_num + 1
-            for row in reader:
-                lineno, start = start, reader.line_num + 1
-                if not row or all(not cell.strip() for cell in row):
-                    self.empty_lines += 1
-                    continue
-                if len(row) != len(header):
-                    raise DataError(self.path, lineno, f"expected {len(header)} fields, got {len(row)}")
-                yield Record(lineno, {k: _maybe_list(v) for k, v in zip(header, row, strict=True)})
+            start = 1
+            try:
+                header = next(reader, None)
+                if not header or all(not cell.strip() for cell in header):
+                    raise DataError(self.path, 1, "missing header row")
+                header = [cell.strip() for cell in header]
+                start = reader.line_num + 1
+                for row in reader:
+                    lineno, start = start, reader.line_num + 1
+                    if not row or all(not cell.strip() for cell in row):
+                        self.empty_lines += 1
+                        continue
+                    if len(row) != len(header):
+                        raise DataError(self.path, lineno, f"expected {len(header)} fields, got {len(row)}")
+                    yield Record(lineno, {k: _maybe_list(v) for k, v in zip(header, row, strict=True)})
+            except csv.Error as err:
+                raise DataError(self.path, start, f"malformed {self.fmt.upper()} ({err})") from None
+            except UnicodeDecodeError as err:
+                raise DataError(self.path, start, f"not valid UTF-8 ({err.reason})") from None
 
     def _read_parquet(self) -> Iterator[Record]:
         import pyarrow.parquet as pq  # installed with datasets; imported here to keep start-up light
 
+        try:
+            batches = pq.ParquetFile(self.path).iter_batches(batch_size=1024)
+        except Exception as err:  # pyarrow raises ArrowInvalid/OSError for a file that is not parquet
+            raise DataError(self.path, None, f"cannot read as parquet ({err})") from None
         row = 0
-        for batch in pq.ParquetFile(self.path).iter_batches(batch_size=1024):
+        for batch in batches:
             for data in batch.to_pylist():
                 row += 1
                 yield Record(row, data)
@@ -128,9 +165,9 @@ class RecordReader:
         tokens: list[str] = []
         tags: list[str] = []
         start = 0
-        with self._open() as f:
-            for lineno, line in enumerate(f, 1):
-                line = line.rstrip("\r\n")
+        with open(self.path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                line = self._decode(raw, lineno).rstrip("\r\n")
                 if not line.strip():
                     if tokens:
                         yield self._conll_record(start, tokens, tags)
@@ -186,8 +223,13 @@ def read_hub(hub_id: str, hub_config: str | None, split: str) -> Iterator[Record
         inner = getattr(feature, "feature", feature)
         if isinstance(inner, datasets.ClassLabel):
             names[column] = inner.names
+
+    def name(labels: list[str], v: Any) -> Any:
+        # -1 marks "no label" (e.g. GLUE test splits): it must not wrap around to the last class name.
+        return labels[v] if isinstance(v, int) and 0 <= v < len(labels) else None
+
     for row, data in enumerate(ds, 1):
         for column, labels in names.items():
             value = data[column]
-            data[column] = [labels[v] for v in value] if isinstance(value, list) else labels[value]
+            data[column] = [name(labels, v) for v in value] if isinstance(value, list) else name(labels, value)
         yield Record(row, data)

@@ -101,6 +101,10 @@ def parse_example(source: Source, path: str, record: Record, repair_iob: bool) -
         if task.kind == TAGGING:
             tags = _read_tags(task, data, words, path, line)
             bad = iob.first_invalid(tags)
+            if bad is not None and not iob.is_tag(tags[bad]):
+                raise DataError(
+                    path, line, f"tag '{tags[bad]}' at word {bad + 1} is not O, B-X or I-X (IOB2)", task.columns.tags
+                )
             if bad is not None:
                 if not repair_iob:
                     raise DataError(
@@ -175,6 +179,8 @@ def _read_label(task: TaskConfig, data: dict[str, Any], path: str, line: int) ->
     value = data[col]
     if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
         raise DataError(path, line, f"expected a class label, got {value!r}", col)
+    if isinstance(value, str) and value.strip().isdigit() and task.labels is not None and value not in task.labels:
+        value = int(value)  # a class id read from CSV/TSV, where every cell is a string
     if isinstance(value, int) and task.labels is not None and str(value) not in task.labels:
         if not 0 <= value < len(task.labels):
             raise DataError(path, line, f"label id {value} out of range for {len(task.labels)} labels", col)

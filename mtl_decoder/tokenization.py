@@ -41,18 +41,17 @@ def train_tokenizer(texts: Iterable[str | list[str]], cfg: TokenizerConfig) -> T
     if cfg.kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
         trainer = trainers.WordPieceTrainer(
-            vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=SPECIALS
+            vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=SPECIALS, show_progress=False
         )
         tok.decoder = decoders.WordPiece()
     else:
-        tok = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##"))
+        # No continuing-subword prefix: with one, `tokenizers` assigns the '##' pieces ids in hash-map order and
+        # breaks merge ties by id, so the vocabulary differs run to run (huggingface/tokenizers#1794). Without
+        # it, training is deterministic; word boundaries come from the pre-tokenizer either way.
+        tok = Tokenizer(models.BPE(unk_token="[UNK]"))
         trainer = trainers.BpeTrainer(
-            vocab_size=cfg.vocab_size,
-            min_frequency=cfg.min_frequency,
-            special_tokens=SPECIALS,
-            continuing_subword_prefix="##",
+            vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=SPECIALS, show_progress=False
         )
-        tok.decoder = decoders.WordPiece()
     steps = [normalizers.NFC()] + ([normalizers.Lowercase()] if cfg.lowercase else [])
     tok.normalizer = normalizers.Sequence(steps)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -108,22 +107,28 @@ class TextEncoder:
     def encode_text(self, text: str) -> Encoded:
         enc = self.tokenizer.encode(text, add_special_tokens=False)
         spans: list[tuple[int, int]] = []
+        number: dict[int, int] = {}  # the pre-tokenizer's word id -> our word number (ids may skip one)
         for word, (start, end) in zip(enc.word_ids, enc.offsets, strict=True):
             if word is None:
                 continue
-            if word == len(spans):
+            if word not in number:
+                number[word] = len(spans)
                 spans.append((start, end))
             else:
-                spans[word] = (spans[word][0], end)
+                i = number[word]
+                spans[i] = (min(spans[i][0], start), max(spans[i][1], end))
         words = [text[s:e] for s, e in spans]
-        return self._finish(enc, words, spans)
+        return self._finish(enc, words, spans, number)
 
-    def _finish(self, enc, words: list[str], spans) -> Encoded:
+    def _finish(self, enc, words: list[str], spans, number: dict[int, int] | None = None) -> Encoded:
         budget = self.max_length - self.n_special
         if len(enc.ids) > budget:
             enc.truncate(budget)
         enc = self.tokenizer.post_process(enc)
-        word_index = [-1 if w is None else w for w in enc.word_ids]
+        if number is None:
+            word_index = [-1 if w is None else w for w in enc.word_ids]
+        else:
+            word_index = [-1 if w is None else number[w] for w in enc.word_ids]
         kept = max(word_index, default=-1) + 1
         return Encoded(list(enc.ids), word_index, words, spans, kept)
 
