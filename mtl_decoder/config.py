@@ -479,7 +479,10 @@ def _tasks_from_yaml(entries: Any, base: Path) -> dict[str, dict[str, Any]]:
     tasks: dict[str, dict[str, Any]] = {}
     for i, entry in enumerate(entries):
         if isinstance(entry, str):
-            task = load_task_file(base / entry if not Path(entry).is_absolute() else entry)
+            task_path = base / entry if not Path(entry).is_absolute() else Path(entry)
+            if not task_path.is_file():
+                raise ConfigError(f"tasks[{i}]", f"task file not found: {task_path}")
+            task = load_task_file(task_path)
         elif isinstance(entry, dict):
             task = _resolve_task_paths(dict(entry), base)
         else:

@@ -177,3 +177,10 @@ def test_invalid_yaml_names_file_and_line(tmp_path):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_missing_task_file_names_the_entry(tmp_path):
+    _write(tmp_path / "tasks/t.yaml", "name: t\nkind: token_tagging\ndata: {train: x.jsonl}\n")
+    cfg_path = _write(tmp_path / "configs/c.yaml", "tasks:\n  - ../tasks/t.yaml\n  - ../tasks/nope.yaml\n")
+    err = _error([], cfg_path)
+    assert err.key == "tasks[1]" and "task file not found" in str(err) and "nope.yaml" in str(err)
