@@ -1,0 +1,133 @@
+"""The packed, grouped ExpertBlock against a plain loop over tokens and experts written from the DESIGN."""
+
+import pytest
+import torch
+from model_testkit import perturb
+
+from mtl_decoder.model import SHARED, ExpertBlock, ExpertGroup, RouteLayout
+
+C, H, N_SHARED, N_TASK = 12, 8, 2, 3
+TASKS = ["a", "b", "c"]
+
+
+def expert(group: ExpertGroup, e: int, x: torch.Tensor) -> torch.Tensor:
+    """Expert e of a group on one token (C,), from the weights' documented layout [expert][gate|up][hidden]."""
+    w_in = group.w_in.double()[:, e * 2 * group.hidden : (e + 1) * 2 * group.hidden]  # (C, 2H)
+    h = x @ w_in
+    gate, up = h[: group.hidden], h[group.hidden :]
+    return (gate * torch.sigmoid(gate) * up) @ group.w_out.double()[e]
+
+
+def softmax_gate(gate, x: torch.Tensor) -> torch.Tensor:
+    logits = gate.proj.weight.double() @ x + gate.proj.bias.double()
+    e = torch.exp(logits - logits.max())
+    return e / e.sum()
+
+
+def reference(block: ExpertBlock, x: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict]:
+    """Loop over every route, token and expert. ple: routes hold the same tokens in the same order, so the i-th
+    token of route k and the i-th token of the shared route are the same (example, position)."""
+    x = x.double()
+    y = torch.zeros_like(x)
+    gates = {}
+    for r, name in enumerate(layout.names):
+        start, end = layout.token_bounds[r]
+        rows = []
+        for m in range(start, end):
+            i = m - start
+            if block.variant == "ple":
+                s0 = layout.token_bounds[layout.names.index(SHARED)][0]
+                on_shared = x[s0 + i]
+                if name == SHARED:
+                    if block.shared_gate is None:
+                        continue  # last layer: the shared route gets nothing
+                    outs = [
+                        expert(block.task_experts[t], e, x[layout.token_bounds[layout.names.index(t)][0] + i])
+                        for t in layout.names[:-1]
+                        for e in range(N_TASK)
+                    ]
+                    gate = block.shared_gate
+                else:
+                    outs = [expert(block.task_experts[name], e, x[m]) for e in range(N_TASK)]
+                    gate = block.task_gates[name]
+                outs += [expert(block.shared, e, on_shared) for e in range(N_SHARED)]
+            else:
+                outs = [expert(block.task_experts[name], e, x[m]) for e in range(N_TASK)] if block.task_experts else []
+                outs += [expert(block.shared, e, x[m]) for e in range(N_SHARED)]
+                gate = block.task_gates[name]
+            w = softmax_gate(gate, x[m])
+            assert w.shape[0] == len(outs)
+            y[m] = sum(w[e] * outs[e] for e in range(len(outs)))
+            rows.append(w)
+        if rows:
+            gates[name] = torch.stack(rows)
+    return y, gates
+
+
+def build(variant: str, shared_gate: bool = True) -> tuple[ExpertBlock, torch.Tensor, RouteLayout]:
+    torch.manual_seed(0)
+    block = perturb(ExpertBlock(variant, TASKS, C, N_SHARED, N_TASK, H, 0.6, shared_gate), seed=3, std=0.3)
+    attention_mask = torch.tensor(
+        [[1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool
+    )
+    B = attention_mask.shape[0]
+    everyone = torch.arange(B)
+    if variant == "ple":
+        routes = {**{t: everyone for t in TASKS}, SHARED: everyone}
+    else:  # each task on the examples it is labelled for; "b" on nobody in this batch
+        routes = {"a": torch.tensor([0, 2, 3]), "c": torch.tensor([1, 2])}
+    layout = RouteLayout.build(routes, attention_mask)
+    x = torch.randn(layout.token_index.shape[0], C)
+    return block, x, layout
+
+
+@pytest.mark.parametrize(("variant", "shared_gate"), [("ple", True), ("ple", False), ("cgc", True), ("mmoe", True)])
+def test_expert_block_equals_loop_reference(variant, shared_gate):
+    block, x, layout = build(variant, shared_gate)
+    assert all(p.abs().sum() > 0 for p in block.parameters())  # no zero-initialised weight left
+    y, gates = block(x, layout)
+    y_ref, gates_ref = reference(block, x, layout)
+    assert y.shape == x.shape
+    assert y.abs().max() > 1e-2  # not trivially zero
+    torch.testing.assert_close(y.double(), y_ref, atol=1e-5, rtol=1e-5)
+    assert gates.keys() == gates_ref.keys()
+    for name in gates:
+        torch.testing.assert_close(gates[name].double(), gates_ref[name], atol=1e-6, rtol=1e-6)
+    if variant == "ple" and not shared_gate:
+        assert torch.count_nonzero(y[layout.tokens(SHARED)]) == 0
+
+
+def test_route_layout_packs_real_tokens_by_route():
+    _, x, layout = build("cgc")
+    assert layout.names == ["a", "c"]
+    assert layout.row_example.tolist() == [0, 2, 3, 1, 2]
+    assert layout.row_bounds == [(0, 3), (3, 5)]
+    # route a: 4 + 5 + 3 real tokens; route c: 2 + 5
+    assert layout.token_bounds == [(0, 12), (12, 19)]
+    T = 5
+    assert layout.token_index[:4].tolist() == [0, 1, 2, 3]
+    assert layout.token_position.tolist() == (layout.token_index % T).tolist()
+    assert layout.token_position[12:14].tolist() == [0, 1]
+    assert x.shape[0] == 19
+
+
+@pytest.mark.parametrize("variant", ["ple", "cgc", "mmoe"])
+def test_expert_block_gradients_equal_loop_reference(variant):
+    block, x, layout = build(variant)
+    x = x.requires_grad_()
+    g = torch.randn(x.shape, generator=torch.Generator().manual_seed(4))
+    (block(x, layout)[0] * g).sum().backward()
+    got = {n: _grad(p) for n, p in block.named_parameters()}
+    got_x = x.grad.clone()
+    block.zero_grad(set_to_none=True)
+    x.grad = None
+    (reference(block, x, layout)[0] * g.double()).sum().backward()
+    for n, p in block.named_parameters():
+        torch.testing.assert_close(got[n], _grad(p), atol=1e-5, rtol=1e-5, msg=n)
+    if variant != "ple":  # "b" has no route in this batch: nothing of it may move
+        assert all(_grad(p).abs().max() == 0 for p in block.task_gates["b"].parameters())
+    torch.testing.assert_close(got_x, x.grad, atol=1e-5, rtol=1e-5)
+
+
+def _grad(p: torch.nn.Parameter) -> torch.Tensor:
+    return torch.zeros_like(p) if p.grad is None else p.grad.clone()

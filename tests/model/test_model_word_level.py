@@ -1,0 +1,65 @@
+"""First-sub-word gathering into word order, and word-level decoding, with truncated and empty rows."""
+
+import pytest
+import torch
+from model_testkit import NER_LABELS, tiny_model
+
+from mtl_decoder.config import TAGGING
+from mtl_decoder.model import TaskHeadSpec, word_level
+
+WORD_INDEX = torch.tensor(
+    [
+        [-1, 0, 0, 1, 2, 2, 2, -1],  # specials around three words
+        [-1, 0, 0, 1, 1, 1, 1, 1],  # truncated inside word 1: words 2.. are absent
+        [0, 1, 2, 3, -1, -1, -1, -1],  # no special tokens, right padding
+        [-1, -1, -1, -1, -1, -1, -1, -1],  # no words at all
+    ]
+)
+FIRST_COLS = [[1, 3, 4], [1, 3], [0, 1, 2, 3], []]
+
+
+def test_word_level_gathers_first_sub_words():
+    n, T, L = WORD_INDEX.shape[0], WORD_INDEX.shape[1], 3
+    logits = torch.arange(n * T * L, dtype=torch.float32).view(n, T, L)
+    labels = torch.full((n, T), -100)
+    for i, cols in enumerate(FIRST_COLS):
+        for j, c in enumerate(cols):
+            labels[i, c] = (i + j) % L
+    emissions, tags, mask = word_level(logits, WORD_INDEX, labels)
+    W = 4
+    assert emissions.shape == (n, W, L) and tags.shape == (n, W) and mask.shape == (n, W)
+    assert mask.tolist() == [[j < len(cols) for j in range(W)] for cols in FIRST_COLS]
+    for i, cols in enumerate(FIRST_COLS):
+        for j in range(W):
+            if j < len(cols):
+                assert torch.equal(emissions[i, j], logits[i, cols[j]])
+                assert tags[i, j] == (i + j) % L
+            else:  # absent word (truncated or past the end): zero emission, no tag
+                assert torch.count_nonzero(emissions[i, j]) == 0
+                assert tags[i, j] == -100
+    _, tags_without_labels, mask_again = word_level(logits, WORD_INDEX)
+    assert (tags_without_labels == -100).all()
+    assert torch.equal(mask_again, mask)
+
+
+def test_word_level_gradient_flows_only_to_first_sub_words():
+    logits = torch.randn(4, 8, 3, requires_grad=True)
+    emissions, _, mask = word_level(logits, WORD_INDEX)
+    (emissions * mask.unsqueeze(-1)).sum().backward()
+    touched = (logits.grad != 0).any(-1)
+    expected = torch.zeros(4, 8, dtype=torch.bool)
+    for i, cols in enumerate(FIRST_COLS):
+        expected[i, cols] = True
+    assert torch.equal(touched, expected)
+
+
+@pytest.mark.parametrize("decoder", ["softmax", "crf"])
+def test_decode_tags_one_tag_per_present_word(decoder):
+    # The crf case fails on the code as of this commit for the row without words (CRF.decode returns one tag).
+    spec = TaskHeadSpec("ner", TAGGING, NER_LABELS)
+    model = tiny_model(specs=[spec], tagging_decoder=decoder).eval()
+    logits = torch.randn(4, 8, len(NER_LABELS), generator=torch.Generator().manual_seed(0))
+    paths = model.decode_tags("ner", logits, WORD_INDEX)
+    assert [len(p) for p in paths] == [len(c) for c in FIRST_COLS]
+    if decoder == "softmax":
+        assert paths == [logits[i, cols].argmax(-1).tolist() for i, cols in enumerate(FIRST_COLS)]
