@@ -1,0 +1,241 @@
+"""``evaluate``: per-task metrics and expert utilisation of a saved model on a split or on given files.
+
+    mtl-decoder evaluate --model RUN/best [--split test] [--tasks a,b] [--data TASK=PATH ...] [--output DIR]
+
+Predictions go through the same Predictor, batch size and scoring functions as training-time validation,
+so ``--split validation`` on RUN/best reproduces RUN/best/info.json exactly. Writes ``metrics.json``
+(schema: SCHEMA.md), ``report.md`` and ``plots/`` to DIR (default MODEL/eval-SPLIT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mtl_decoder.config import SPLITS, ExperimentConfig, TaskConfig
+from mtl_decoder.errors import UserError, did_you_mean
+from mtl_decoder.evaluation.metrics import selection_score
+from mtl_decoder.evaluation.report import render_report, task_table
+from mtl_decoder.evaluation.scoring import score_sources
+from mtl_decoder.evaluation.utilisation import COVERAGE, UtilisationTracker
+from mtl_decoder.pretrained import load_pretrained
+from mtl_decoder.tasks import Source, check_labels, load_split, source_key
+
+METRICS_FILE = "metrics.json"
+REPORT_FILE = "report.md"
+PLOTS_DIR = "plots"
+
+
+@dataclass
+class EvalResult:
+    metrics: dict[str, Any]
+    """The content of metrics.json: model, split, data, summary, tasks, experts, settings, notes."""
+    output_dir: Path
+    """Where metrics.json, report.md and plots/ were written."""
+
+    @property
+    def tasks(self) -> dict[str, dict[str, Any]]:
+        return self.metrics["tasks"]
+
+    @property
+    def experts(self) -> dict[str, dict[str, Any]]:
+        return self.metrics["experts"]
+
+    @property
+    def score(self) -> float:
+        return self.metrics["summary"]["selection_score"]
+
+
+def evaluate(
+    model_dir: str | Path,
+    split: str = "test",
+    tasks: Iterable[str] | str | None = None,
+    data: Mapping[str, str | Path] | Iterable[str] | None = None,
+    output_dir: str | Path | None = None,
+    batch_size: int | None = None,
+    device: str | torch.device | None = None,
+) -> EvalResult:
+    """Evaluate the model in ``model_dir`` on ``split`` (the files the run's task files name for it).
+
+    ``tasks``: names (or a comma string) to evaluate; default all, or with ``data`` the tasks it names.
+    ``data``: task -> file (or "TASK=PATH" strings) read with the task's own columns instead of its split.
+    ``batch_size``: default the run's data.eval_batch_size, the size training-time validation used.
+    ``device``: default CUDA when available, else the CPU.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if split not in SPLITS:
+        raise UserError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)}){did_you_mean(split, SPLITS)}")
+    if batch_size is not None and batch_size <= 0:
+        raise UserError(f"--batch-size must be positive, got {batch_size}")
+    out_dir = Path(output_dir) if output_dir is not None else Path(model_dir) / f"eval-{split}"
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--output {out_dir}: exists and is not a directory")
+    pretrained = load_pretrained(model_dir, device)
+    cfg = pretrained.config
+    overrides = parse_data(data, list(cfg.tasks))
+    names = select_tasks(tasks, overrides, list(cfg.tasks))
+    task_cfgs = with_overrides(cfg, split, overrides)
+    for name in names:
+        if source_key(task_cfgs[name], split) is None:
+            raise UserError(
+                f"task '{name}' has no '{split}' data in {Path(model_dir) / 'config.yaml'}: "
+                f"pass --data {name}=PATH or choose another --split"
+            )
+
+    sources = load_split(task_cfgs, split, names, repair_iob=cfg.data.repair_iob)
+    for source in sources:
+        check_labels(source, pretrained.label_sets, split)
+    tracker = UtilisationTracker(pretrained.model, cfg.evaluation.position_buckets, cfg.evaluation.dead_expert_fraction)
+    scored = score_sources(pretrained.predictor(batch_size), sources, task_cfgs, pretrained.label_sets, names, tracker)
+    task_metrics = {name: scored[name] for name in names}
+
+    metrics = {
+        "model": str(model_dir),
+        "split": split,
+        "data": _data_section(sources, names, overrides),
+        "summary": _summary(cfg, task_metrics),
+        "tasks": task_metrics,
+        "experts": tracker.summary(),
+        "settings": {
+            "ffn": cfg.model.ffn,
+            "batch_size": batch_size or cfg.data.eval_batch_size,
+            "position_buckets": list(cfg.evaluation.position_buckets),
+            "dead_expert_fraction": cfg.evaluation.dead_expert_fraction,
+            "initial_shared_weight": cfg.model.initial_shared_weight,
+            "coverage": COVERAGE,
+        },
+        "notes": tracker.notes(),
+    }
+    write_outputs(metrics, out_dir)
+    return EvalResult(metrics, out_dir)
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+
+
+def parse_data(data: Mapping[str, str | Path] | Iterable[str] | None, known: list[str]) -> dict[str, str]:
+    """task -> path from a mapping or "TASK=PATH" strings; unknown tasks, bad pairs and repeats are errors."""
+    if not data:
+        return {}
+    pairs: list[tuple[str, str]] = []
+    if isinstance(data, Mapping):
+        pairs = [(str(k), str(v)) for k, v in data.items()]
+    else:
+        for item in data:
+            task, sep, path = str(item).partition("=")
+            if not sep or not task.strip() or not path.strip():
+                raise UserError(f"--data '{item}': expected TASK=PATH, e.g. --data {known[0]}=my_test.jsonl")
+            pairs.append((task.strip(), path.strip()))
+    out: dict[str, str] = {}
+    for task, path in pairs:
+        if task not in known:
+            raise UserError(f"--data: unknown task '{task}' (tasks: {', '.join(known)}){did_you_mean(task, known)}")
+        if task in out and out[task] != path:
+            raise UserError(f"--data: task '{task}' given twice ({out[task]} and {path})")
+        out[task] = path
+    return out
+
+
+def select_tasks(tasks: Iterable[str] | str | None, overrides: dict[str, str], known: list[str]) -> list[str]:
+    """The tasks to evaluate, in the run's order. With --data and no --tasks: only the tasks --data names."""
+    if tasks is None:
+        return [t for t in known if t in overrides] if overrides else list(known)
+    wanted = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t).strip() for t in tasks]
+    wanted = [t for t in wanted if t]
+    if not wanted:
+        raise UserError(f"--tasks is empty (tasks: {', '.join(known)})")
+    for task in wanted:
+        if task not in known:
+            raise UserError(f"--tasks: unknown task '{task}' (tasks: {', '.join(known)}){did_you_mean(task, known)}")
+    left_out = [t for t in overrides if t not in wanted]
+    if left_out:
+        raise UserError(f"--data names task '{left_out[0]}', which --tasks leaves out")
+    return [t for t in known if t in wanted]
+
+
+def with_overrides(cfg: ExperimentConfig, split: str, overrides: dict[str, str]) -> dict[str, TaskConfig]:
+    """The run's tasks, with ``data.<split>`` of the overridden ones pointing at the given local file (their
+    columns, labels and kind unchanged, so the file is read exactly as the task's own split would be)."""
+    tasks = dict(cfg.tasks)
+    for name, path in overrides.items():
+        task = copy.deepcopy(cfg.tasks[name])
+        task.data = dataclasses.replace(task.data, hub_id=None, hub_config=None, **{split: path})
+        tasks[name] = task
+    return tasks
+
+
+# ------------------------------------------------------------------------------------------------ results
+
+
+def _data_section(sources: list[Source], names: list[str], overrides: dict[str, str]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for source in sources:
+        for task in source.tasks:
+            if task.name in names:
+                out[task.name] = {
+                    "source": source.key,
+                    "examples": len(source.examples),
+                    "from_data_flag": task.name in overrides,
+                }
+    return {name: out[name] for name in names}
+
+
+def _summary(cfg: ExperimentConfig, task_metrics: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's selection score (weighted mean of primary metrics) over the evaluated tasks, as in training."""
+    return {
+        "selection_score": float(selection_score(cfg.tasks, task_metrics)),
+        "primary": {
+            name: {
+                "metric": cfg.tasks[name].primary_metric,
+                "value": float(m[cfg.tasks[name].primary_metric]),
+                "weight": float(cfg.tasks[name].metric_weight),
+            }
+            for name, m in task_metrics.items()
+        },
+    }
+
+
+def write_outputs(metrics: dict[str, Any], out_dir: Path) -> None:
+    """metrics.json and report.md (each written whole, then renamed into place) and plots/."""
+    from mtl_decoder.evaluation.plots import write_plots
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(metrics, out_dir / PLOTS_DIR)
+    _write_text(out_dir / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
+    _write_text(out_dir / REPORT_FILE, render_report(metrics, [p.relative_to(out_dir).as_posix() for p in plots]))
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def evaluate_cli(args: argparse.Namespace) -> None:
+    """The ``evaluate`` subcommand: run, then print the per-task table and where the outputs went."""
+    result = evaluate(
+        args.model,
+        split=args.split,
+        tasks=args.tasks,
+        data=args.data or None,
+        output_dir=args.output,
+        batch_size=args.batch_size,
+    )
+    for note in result.metrics["notes"]:
+        print(f"note: {note}")
+    print(f"wrote {result.output_dir / METRICS_FILE}, {REPORT_FILE} and {PLOTS_DIR}/")
+    print()
+    print("\n".join(task_table(result.metrics)))
