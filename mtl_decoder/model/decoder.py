@@ -134,6 +134,7 @@ class MTLDecoder(nn.Module):
                 nn.init.normal_(module.weight, std=0.02)
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
+        for module in self.modules():  # after the generic pass, which would overwrite a gate's own linear layer
             if isinstance(module, (ExpertGroup, Gate)):
                 module.reset_parameters()
         for layer in self.layers:  # residual branches start at zero: every layer is the identity at init

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator, DistributedDataParallelKwargs, skip_first_batches
+from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import gather_object, set_seed
 
 from mtl_decoder.config import ExperimentConfig, load_config
@@ -37,6 +39,14 @@ from mtl_decoder.training.setup import (
     parameter_groups,
     read_data,
 )
+
+
+def _multi_process_cpu() -> bool:
+    """Accelerate forms a gloo group for several CPU processes (torchrun, accelerate launch) only when told it
+    runs on CPU; on a machine with an accelerator the launcher's device wins."""
+    several = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    has_accelerator = torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+    return several and not has_accelerator
 
 
 class NonFiniteLoss(UserError):
@@ -81,6 +91,7 @@ class Trainer:
         ddp = DistributedDataParallelKwargs(find_unused_parameters=True)  # cgc/mmoe: absent routes skip experts
         tracker = "tensorboard" if importlib.util.find_spec("tensorboard") else None
         self.accelerator = Accelerator(
+            cpu=_multi_process_cpu(),
             mixed_precision=tcfg.mixed_precision,
             gradient_accumulation_steps=tcfg.grad_accum_steps,
             log_with=tracker,
@@ -151,7 +162,11 @@ class Trainer:
         )
         word_features = bool(cfg.model.char_embedding or cfg.model.word_features)
         collate = Collator(data.encoder.pad_id, {n: t.kind for n, t in cfg.tasks.items()}, word_features)
-        loader = torch.utils.data.DataLoader(data.dataset, batch_sampler=self.sampler, collate_fn=collate)
+        # A private generator: each new DataLoader iterator draws a seed from it, and drawing from the global
+        # RNG would shift dropout on resume (the resumed run starts one more iterator than an unbroken one).
+        loader = torch.utils.data.DataLoader(
+            data.dataset, batch_sampler=self.sampler, collate_fn=collate, generator=torch.Generator()
+        )
         self.model, self.optimizer, self.loader = acc.prepare(self.model, optimizer, loader)
         self.steps_per_epoch = max(1, len(self.loader) // cfg.training.grad_accum_steps)
         self.total_steps = cfg.training.max_steps or cfg.training.epochs * self.steps_per_epoch
@@ -178,9 +193,9 @@ class Trainer:
             if st["batches_in_epoch"] >= len(self.loader):  # the epoch ran to its end
                 self.balancer.end_epoch()
                 st["epoch"], st["batches_in_epoch"] = st["epoch"] + 1, 0
-                if self.cfg.training.eval_every == 0 or st["step"] >= self.total_steps:
+                if self.cfg.training.eval_every == 0 and not self._validated_at_this_step():
                     stopped_early = self._validate_and_checkpoint()
-        if not stopped_early and (not st["validations"] or st["validations"][-1]["step"] != st["step"]):
+        if not stopped_early and not self._validated_at_this_step():
             self._validate_and_checkpoint()
         wall = time.perf_counter() - start
         result = TrainResult(
@@ -300,6 +315,9 @@ class Trainer:
                 metrics[name] = task_metrics(self.cfg.tasks[name], gold, pred, self.data.label_sets[name])
         return metrics
 
+    def _validated_at_this_step(self) -> bool:
+        return bool(self.state["validations"]) and self.state["validations"][-1]["step"] == self.state["step"]
+
     def _validate_and_checkpoint(self) -> bool:
         """Validate, keep the best model, save a resumable checkpoint; True when patience has run out."""
         st, acc = self.state, self.accelerator
@@ -335,7 +353,8 @@ class Trainer:
         lines = [
             f"mtl-decoder: {model.num_parameters():,} parameters, ffn={mcfg.ffn}, attention={mcfg.attention}, "
             f"{mcfg.n_layers} layers x d_model {mcfg.d_model}",
-            f"device: {acc.device} x {acc.num_processes} process(es), precision: {self.cfg.training.mixed_precision}",
+            f"device: {acc.device.type} x {acc.num_processes} process(es), "
+            f"precision: {self.cfg.training.mixed_precision}",
             f"steps: {self.total_steps} ({self.steps_per_epoch}/epoch, batch {self.cfg.data.batch_size} per process)",
             *self.data.report,
         ]
@@ -352,3 +371,8 @@ class Trainer:
     def cleanup(self) -> None:
         self.log.close()
         self.accelerator.end_training()
+        if self.accelerator.num_processes == 1:
+            # Accelerate keeps its settings in process-wide singletons; clear them so a second train() in the
+            # same process (a notebook, the tests) may choose another precision. Multi-process runs exit instead.
+            AcceleratorState._reset_state()
+            GradientState._reset_state()
