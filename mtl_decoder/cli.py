@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="TASK=PATH",
-        help="evaluate TASK on PATH instead of its split (repeatable)",
+        help="evaluate TASK on PATH (read with the task's columns) instead of its split; repeatable; "
+        "without --tasks only the tasks given here are evaluated",
     )
     p.add_argument("--output", help="output directory (default: MODEL/eval-SPLIT)")
     p.add_argument("--batch-size", type=int, help="examples per batch")

@@ -128,7 +128,7 @@ class DataConfig:
     batch_size: int = 32
     """Examples per training batch (per process)."""
     eval_batch_size: int = 64
-    """Examples per evaluation/prediction batch."""
+    """Examples per batch in validation, evaluate and predict (one setting, so their numbers agree)."""
     sampling: str = "proportional"
     """How batches draw from the task sources: 'proportional', 'temperature' or 'round_robin'."""
     temperature: float = 2.0
@@ -230,15 +230,12 @@ class BalancingConfig:
 
 @dataclass
 class EvaluationConfig:
-    batch_size: int = 64
-    """Examples per evaluation batch."""
     position_buckets: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64])
     """Upper bounds (exclusive) of the token-position buckets for expert utilisation; the last bucket is open."""
     dead_expert_fraction: float = 0.25
     """An expert is dead when its mean gate weight is below this fraction of uniform."""
 
     def __post_init__(self) -> None:
-        _positive("batch_size", self.batch_size)
         if sorted(set(self.position_buckets)) != self.position_buckets or any(b <= 0 for b in self.position_buckets):
             raise ConfigError("position_buckets", f"must be increasing positive integers, got {self.position_buckets}")
 

@@ -15,29 +15,57 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def tiny_tasks() -> list[dict[str, Any]]:
     return [
-        {"name": "ner", "kind": "token_tagging",
-         "data": {split: str(FIXTURES / f"ner_{split}.jsonl") for split in ("train", "validation", "test")}},
-        {"name": "sentiment", "kind": "sentence_classification", "labels": ["negative", "positive"],
-         "data": {split: str(FIXTURES / f"sentiment_{split}.jsonl") for split in ("train", "validation", "test")}},
+        {
+            "name": "ner",
+            "kind": "token_tagging",
+            "data": {split: str(FIXTURES / f"ner_{split}.jsonl") for split in ("train", "validation", "test")},
+        },
+        {
+            "name": "sentiment",
+            "kind": "sentence_classification",
+            "labels": ["negative", "positive"],
+            "data": {split: str(FIXTURES / f"sentiment_{split}.jsonl") for split in ("train", "validation", "test")},
+        },
     ]
 
 
 TINY = {
-    "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "expert_hidden": 16, "n_shared_experts": 2,
-              "n_task_experts": 1, "dropout": 0.0, "attention": "bidirectional"},
+    "model": {
+        "d_model": 32,
+        "n_layers": 2,
+        "n_heads": 2,
+        "expert_hidden": 16,
+        "n_shared_experts": 2,
+        "n_task_experts": 1,
+        "dropout": 0.0,
+        "attention": "bidirectional",
+    },
     "tokenizer": {"vocab_size": 400, "min_frequency": 1},
     "data": {"batch_size": 8, "eval_batch_size": 16, "max_length": 48},
     "training": {"epochs": 2, "lr": 3e-3, "log_every": 5, "progress": False, "keep_checkpoints": 2},
 }
 
 
-def tiny_config(output_dir: Path, overrides: list[str] = (), tasks: list[dict[str, Any]] | None = None
-                ) -> ExperimentConfig:
+def tiny_config(
+    output_dir: Path, overrides: list[str] = (), tasks: list[dict[str, Any]] | None = None
+) -> ExperimentConfig:
     """A seconds-to-train config over the fixtures; ``overrides`` as on the command line."""
     base = copy.deepcopy(TINY)
     base["tasks"] = tasks or tiny_tasks()
     base["training"]["output_dir"] = str(output_dir)
     return load_config(None, list(overrides), base=base)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_intra_op_thread():
+    """Tiny models gain nothing from two threads, and on a busy 2-core machine two threads per process wait on
+    each other; one thread also makes floating-point results independent of load."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

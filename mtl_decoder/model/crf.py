@@ -70,6 +70,9 @@ class CRF(nn.Module):
         lengths = mask.sum(1).tolist()
         paths = []
         for i in range(n):
+            if lengths[i] == 0:  # a row with no words (e.g. every word cut by truncation) has no tags
+                paths.append([])
+                continue
             tag = int(score[i].argmax())
             path = [tag]
             for w in range(lengths[i] - 1, 0, -1):

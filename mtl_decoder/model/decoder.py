@@ -194,6 +194,8 @@ class MTLDecoder(nn.Module):
         if present is not None:
             present = {t: present.get(t, torch.zeros(B, dtype=torch.bool, device=input_ids.device)) for t in tasks}
         layout = self.route_layout(attention_mask, tasks, present)
+        if not layout.names:  # cgc/mmoe and no example asks for any task: nothing to run
+            return MTLOutput(logits={}, examples={}, gates=[{} for _ in self.layers], layout=layout)
 
         x = self.embed(input_ids)  # (B, T, C)
         if self.word_features is not None:

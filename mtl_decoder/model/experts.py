@@ -44,7 +44,8 @@ class RouteLayout:
     def build(cls, routes: dict[str, torch.Tensor], attention_mask: torch.Tensor) -> RouteLayout:
         """``routes`` maps a route name to the (sorted) batch examples that take it."""
         names = list(routes)
-        row_example = torch.cat([routes[n] for n in names])  # (N,)
+        empty = torch.zeros(0, dtype=torch.long, device=attention_mask.device)
+        row_example = torch.cat([routes[n] for n in names]) if names else empty  # (N,)
         T = attention_mask.shape[1]
         row_mask = attention_mask[row_example]  # (N, T)
         row_counts = [len(routes[n]) for n in names]

@@ -100,8 +100,8 @@ class Trainer:
         )
         self.resume_from = self._resume_path(resume)
         set_seed(tcfg.seed)
+        self.data = self._setup_data()  # first: bad data fails before anything is written
         self.log = RunLogger(self.accelerator, self.run_dir, config, progress=tcfg.progress)
-        self.data = self._setup_data()
         self._setup_model()
         self.state: dict[str, Any] = {
             "step": 0,

@@ -1,0 +1,5 @@
+"""Batch prediction: streaming file input in common formats, JSON-lines output in input order, nothing lost."""
+
+from mtl_decoder.prediction.predict import PredictSummary, predict_file, predict_texts
+
+__all__ = ["PredictSummary", "predict_file", "predict_texts"]

@@ -1,0 +1,72 @@
+"""A Prediction as the JSON written per record: pure functions, no model.
+
+Per tagging task: ``tags`` (one per word), ``entities`` (type, start, end, text) and ``windows``; for raw
+text also ``words`` and ``offsets`` (each word's [start, end) character offsets), and entity offsets are
+characters, so ``text[start:end] == entity["text"]`` always; for token input entity offsets are token
+indices (end exclusive) and the entity text is its tokens joined by spaces. Per classification task:
+``label``, ``probs`` (label -> probability) and ``truncated`` (the input was cut to the model's length).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mtl_decoder.config import TAGGING
+from mtl_decoder.inference import Prediction
+from mtl_decoder.iob import entities
+
+
+def word_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each word's span, widened over the characters right after it that no word covers and that are not
+    spaces. The tokenizer's normalizer can merge characters (NFC: 'e' + U+0301 -> 'é'; Hangul jamo) and then
+    reports the merged character's end as that of its first part, cutting the word short."""
+    out: list[tuple[int, int]] = []
+    for i, (start, end) in enumerate(spans):
+        limit = spans[i + 1][0] if i + 1 < len(spans) else len(text)
+        while end < limit and not text[end].isspace():
+            end += 1
+        out.append((start, end))
+    return out
+
+
+def entity_dicts(
+    tags: list[str], words: list[str], spans: list[tuple[int, int]] | None, text: str | None
+) -> list[dict[str, Any]]:
+    """The entities of an IOB2 tag sequence: character offsets into ``text`` when ``spans`` are given (raw
+    text), else token indices with the tokens joined by spaces."""
+    found = []
+    for kind, first, last in entities(tags):
+        if spans is None or text is None:
+            found.append({"type": kind, "start": first, "end": last, "text": " ".join(words[first:last])})
+        else:
+            start, end = spans[first][0], spans[last - 1][1]
+            found.append({"type": kind, "start": start, "end": end, "text": text[start:end]})
+    return found
+
+
+def prediction_dict(pred: Prediction, item: str | list[str], tasks: list[str], kinds: dict[str, str]) -> dict:
+    """Task name -> its prediction, for one input (a raw text or a token list)."""
+    text = item if isinstance(item, str) else None
+    spans = word_spans(text, pred.spans) if text is not None and pred.spans is not None else None
+    words = [text[s:e] for s, e in spans] if text is not None and spans is not None else pred.words
+    out: dict[str, Any] = {}
+    for task in tasks:
+        if kinds[task] == TAGGING:
+            out[task] = _tagging(pred, task, words, spans, text)
+        else:
+            out[task] = {"label": pred.labels[task], "probs": pred.probs[task], "truncated": pred.truncated}
+    return out
+
+
+def _tagging(
+    pred: Prediction, task: str, words: list[str], spans: list[tuple[int, int]] | None, text: str | None
+) -> dict[str, Any]:
+    tags = pred.tags.get(task, ["O"] * len(words))
+    entry: dict[str, Any] = {}
+    if spans is not None:
+        entry["words"] = words
+        entry["offsets"] = [[s, e] for s, e in spans]
+    entry["tags"] = tags
+    entry["entities"] = entity_dicts(tags, words, spans, text)
+    entry["windows"] = pred.windows
+    return entry

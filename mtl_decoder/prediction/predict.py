@@ -1,0 +1,245 @@
+"""Batch prediction on files and on texts in a program.
+
+``predict_file`` streams an input file (see ``inputs``) through the model's ``Predictor`` (a bounded buffer,
+length-sorted batches, input order kept) and writes one JSON line per record: its own fields plus
+``predictions`` (see ``outputs``). A record that cannot be read stops the run (``on_error='fail'``: a
+DataError naming file:line, and no output file is left) or goes to OUT.errors.jsonl with its line, reason and
+raw text (``on_error='skip'``). Both files are written under temporary names and renamed on success.
+
+``predict_texts`` yields the same prediction dicts for an iterable of raw texts or token lists.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from mtl_decoder.errors import DataError, UserError, did_you_mean
+from mtl_decoder.prediction.files import AtomicJsonl, check_targets, errors_path
+from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord, check_text, check_tokens
+from mtl_decoder.prediction.outputs import prediction_dict
+from mtl_decoder.pretrained import Pretrained, load_pretrained
+
+ON_ERROR = ("fail", "skip")
+PREDICTIONS = "predictions"
+
+
+@dataclass
+class PredictSummary:
+    """What a ``predict_file`` run did: every non-empty record read is either predicted or skipped."""
+
+    input: str
+    output: str
+    errors: str | None
+    """The skipped-records file (skip mode), else None."""
+    read: int = 0
+    predicted: int = 0
+    skipped: int = 0
+    truncated: int = 0
+    """Records longer than the model's maximum length whose classification saw only the first window."""
+    windowed: int = 0
+    """Records tagged in more than one window (too long for one pass)."""
+    empty_lines: int = 0
+    tokens: int = 0
+    """Words predicted on: the input tokens, or the pre-tokenizer's words of a raw text."""
+    seconds: float = 0.0
+
+    @property
+    def records_per_s(self) -> float:
+        return self.predicted / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "records_per_s": self.records_per_s, "tokens_per_s": self.tokens_per_s}
+
+    def report(self) -> str:
+        lines = [
+            f"read {self.read:,} records: predicted {self.predicted:,}, skipped {self.skipped:,}, "
+            f"truncated {self.truncated:,}, tagged in windows {self.windowed:,}; "
+            f"empty lines skipped {self.empty_lines:,}",
+            f"{self.seconds:.1f} s: {self.records_per_s:,.1f} records/s, {self.tokens_per_s:,.0f} tokens/s",
+            f"predictions -> {self.output}",
+        ]
+        if self.errors is not None:
+            lines.append(f"skipped records ({self.skipped:,}) -> {self.errors}")
+        if self.truncated:
+            lines.append(
+                f"warning: {self.truncated:,} records were longer than the model's maximum length; their "
+                'classification read only the beginning (marked "truncated": true)'
+            )
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- in programs
+
+
+def predict_texts(
+    model: Pretrained | str | Path,
+    items: Iterable[str | Sequence[str]],
+    tasks: str | Sequence[str] | None = None,
+    batch_size: int = 64,
+    device: str | torch.device | None = None,
+) -> Iterator[dict[str, Any]]:
+    """For each raw text or token list, in order: task name -> prediction (as in the output files).
+    A bad item (empty, not text, tokens not strings) raises UserError naming its index."""
+    pretrained = _load(model, device)
+    names = resolve_tasks(pretrained, tasks)
+    predictor = pretrained.predictor(_check_batch_size(batch_size))
+    pending: deque[str | list[str]] = deque()
+
+    def checked() -> Iterator[str | list[str]]:
+        for index, item in enumerate(items):
+            item = list(item) if isinstance(item, tuple) else item
+            reason = check_text(item) if isinstance(item, str) else check_tokens(item)
+            if reason:
+                raise UserError(f"item {index}: {'text' if isinstance(item, str) else 'tokens'} {reason}")
+            pending.append(item)
+            yield item
+
+    for pred in predictor.predict(checked(), names):
+        yield prediction_dict(pred, pending.popleft(), names, predictor.kinds)
+
+
+# ---------------------------------------------------------------------------------------------- on files
+
+
+def predict_file(
+    model: Pretrained | str | Path,
+    input: str | Path,
+    output: str | Path,
+    *,
+    tasks: str | Sequence[str] | None = None,
+    fmt: str | None = None,
+    text_column: str = "text",
+    batch_size: int = 64,
+    on_error: str = "fail",
+    force: bool = False,
+    progress: bool | None = None,
+    device: str | torch.device | None = None,
+) -> PredictSummary:
+    """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
+    ``progress``: a progress bar on stderr (None: only when stderr is a terminal)."""
+    if on_error not in ON_ERROR:
+        raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
+    _check_batch_size(batch_size)
+    reader = InputReader(input, fmt, text_column)
+    output = Path(output)
+    errors = errors_path(output) if on_error == "skip" else None
+    check_targets(input, [output] + ([errors] if errors else []), force)
+    pretrained = _load(model, device)
+    names = resolve_tasks(pretrained, tasks)
+    summary = PredictSummary(str(input), str(output), None if errors is None else str(errors))
+    show = sys.stderr.isatty() if progress is None else progress
+    with AtomicJsonl(output) as out, AtomicJsonl(errors) if errors else nullcontext() as bad:
+        _stream(pretrained.predictor(batch_size), reader, names, out, bad, summary, show)
+        summary.empty_lines = reader.empty_lines
+        if bad is not None:
+            bad.commit()
+        out.commit()
+    return summary
+
+
+def _stream(
+    predictor,
+    reader: InputReader,
+    tasks: list[str],
+    out: AtomicJsonl,
+    bad: AtomicJsonl | None,
+    summary: PredictSummary,
+    progress: bool,
+) -> None:
+    """Read, predict and write every record, in order; the pending queue is as long as the Predictor's buffer."""
+    pending: deque[InputRecord] = deque()
+
+    def items() -> Iterator[str | list[str]]:
+        for record in reader:
+            summary.read += 1
+            if isinstance(record, BadRecord):
+                _set_aside(record, reader.path, bad)
+                summary.skipped += 1
+                continue
+            pending.append(record)
+            yield record.item
+
+    start = perf_counter()
+    with tqdm(desc="predict", unit=" rec", disable=not progress, delay=1.0, mininterval=0.5, file=sys.stderr) as bar:
+        for pred in predictor.predict(items(), tasks):
+            record = pending.popleft()
+            out.write({**record.fields, PREDICTIONS: prediction_dict(pred, record.item, tasks, predictor.kinds)})
+            summary.predicted += 1
+            summary.tokens += len(pred.words)
+            summary.truncated += pred.truncated
+            summary.windowed += pred.windows > 1
+            bar.update()
+    summary.seconds = perf_counter() - start
+
+
+def _set_aside(record: BadRecord, path: str, bad: AtomicJsonl | None) -> None:
+    """Fail mode (no errors file): raise the record's DataError; skip mode: write it to the errors file."""
+    if bad is None:
+        raise DataError(path, record.line, record.reason, record.field)
+    entry: dict[str, Any] = {"line": record.line, "reason": record.reason}
+    if record.field is not None:
+        entry["field"] = record.field
+    entry["raw"] = record.raw
+    bad.write(entry)
+
+
+# ---------------------------------------------------------------------------------------------- shared
+
+
+def resolve_tasks(pretrained: Pretrained, tasks: str | Sequence[str] | None) -> list[str]:
+    """The tasks to predict: all of the model's, or the given names (a list or a comma-separated string)."""
+    known = pretrained.model.task_names
+    if tasks is None:
+        return list(known)
+    names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t).strip() for t in tasks]
+    names = list(dict.fromkeys(n for n in names if n))
+    if not names:
+        raise UserError("--tasks: no task names given")
+    for name in names:
+        if name not in known:
+            raise UserError(f"unknown task '{name}'{did_you_mean(name, known)}; the model has {', '.join(known)}")
+    return names
+
+
+def _load(model: Pretrained | str | Path, device: str | torch.device | None) -> Pretrained:
+    if isinstance(model, Pretrained):
+        return model
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return load_pretrained(model, device)
+
+
+def _check_batch_size(batch_size: int) -> int:
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"batch size must be a positive integer, got {batch_size!r}")
+    return batch_size
+
+
+def predict_cli(args) -> None:
+    """``mtl-decoder predict``: predict_file with the command's flags, then the summary."""
+    summary = predict_file(
+        args.model,
+        args.input,
+        args.output,
+        tasks=args.tasks,
+        fmt=args.format,
+        text_column=args.text_column,
+        batch_size=args.batch_size,
+        on_error=args.on_error,
+        force=args.force,
+    )
+    print(summary.report())
