@@ -107,8 +107,8 @@ def test_iob2_allowed_table():
 
 
 def test_decode_of_a_row_without_words_is_empty():
-    # Fails on the code as of this commit: CRF.decode returns one tag for a row whose mask is all False
-    # (a sentence with no words), where the softmax decoder returns [] (see the test-suite report).
+    # Regression: CRF.decode used to return one tag for a row whose mask is all False (a sentence with no
+    # words), where the softmax decoder returns [].
     crf = random_crf(LABELS, 4)
     paths = crf.decode(torch.randn(2, 3, 3), torch.tensor([[1, 1, 0], [0, 0, 0]], dtype=torch.bool))
     assert [len(p) for p in paths] == [2, 0]

@@ -49,8 +49,8 @@ def _n_shared_columns(model, layer, gate: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("ffn", ["ple", "cgc", "mmoe"])
 def test_fresh_gates_put_initial_shared_weight_on_shared_experts(ffn):
-    # Fails on the code as of this commit: MTLDecoder._init_weights re-initialises Gate.proj with
-    # N(0, 0.02) and a zero bias after Gate.reset_parameters() ran (see the test-suite report).
+    # Regression: MTLDecoder._init_weights used to re-initialise Gate.proj with N(0, 0.02) and a zero bias
+    # after Gate.reset_parameters() had run, so gates started near uniform instead.
     isw = 0.7
     model = tiny_model(ffn=ffn, initial_shared_weight=isw, seed=3).eval()
     batch = tiny_batch([6, 5, 3], seed=3)

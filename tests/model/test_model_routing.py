@@ -158,8 +158,8 @@ def test_mlp_has_no_experts_and_no_gates():
 
 @pytest.mark.parametrize("ffn", ["ple", "cgc", "mmoe", "mlp"])
 def test_batch_without_any_label_gives_an_empty_output(ffn):
-    # Fails for cgc/mmoe on the code as of this commit: no task has an example, so RouteLayout.build gets no
-    # routes and torch.cat([]) raises (see the test-suite report); ple and mlp return an empty output.
+    # Regression: for cgc/mmoe no task has an example, so RouteLayout.build gets no routes; torch.cat([]) used
+    # to raise there, while ple and mlp returned an empty output.
     model = tiny_model(ffn=ffn, seed=12)
     batch = tiny_batch([5, 3], seed=12)
     labels = {"ner": torch.full_like(batch["labels"]["ner"], -100), "sent": torch.full((2,), -100)}

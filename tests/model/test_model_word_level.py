@@ -55,7 +55,7 @@ def test_word_level_gradient_flows_only_to_first_sub_words():
 
 @pytest.mark.parametrize("decoder", ["softmax", "crf"])
 def test_decode_tags_one_tag_per_present_word(decoder):
-    # The crf case fails on the code as of this commit for the row without words (CRF.decode returns one tag).
+    # Regression (crf): a row without words used to decode to one tag.
     spec = TaskHeadSpec("ner", TAGGING, NER_LABELS)
     model = tiny_model(specs=[spec], tagging_decoder=decoder).eval()
     logits = torch.randn(4, 8, len(NER_LABELS), generator=torch.Generator().manual_seed(0))
