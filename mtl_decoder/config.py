@@ -102,9 +102,9 @@ class ModelConfig:
 @dataclass
 class TokenizerConfig:
     kind: str = "bpe"
-    """'bpe' or 'wordpiece' (trained on the tasks' training texts), or 'pretrained' (any HF tokenizer). 'bpe'
-    trains deterministically; 'wordpiece' training in `tokenizers` varies run to run (ties broken in hash order),
-    so only a saved run is exactly reproducible with it."""
+    """'bpe', 'wordpiece' or 'wordlevel' (whole words, rare ones [UNK]) trained on the tasks' training texts, or
+    'pretrained' (any HF tokenizer). 'bpe' and 'wordlevel' train deterministically; 'wordpiece' training in
+    `tokenizers` varies run to run (ties broken in hash order), so only a saved run reproduces exactly with it."""
     vocab_size: int = 16000
     """Vocabulary size of a trained tokenizer."""
     pretrained: str | None = None
@@ -115,7 +115,7 @@ class TokenizerConfig:
     """A trained tokenizer's pieces must occur at least this often."""
 
     def __post_init__(self) -> None:
-        _choice("kind", self.kind, ("wordpiece", "bpe", "pretrained"))
+        _choice("kind", self.kind, ("bpe", "wordpiece", "wordlevel", "pretrained"))
         _positive("vocab_size", self.vocab_size)
         if self.kind == "pretrained" and not self.pretrained:
             raise ConfigError("pretrained", "is required when tokenizer.kind is 'pretrained'")
@@ -160,6 +160,8 @@ class TrainingConfig:
     """Passes over the training data (one epoch = the sum of the task sources' sizes, in batches)."""
     max_steps: int | None = None
     """Stop after this many optimizer steps (overrides epochs when set)."""
+    max_minutes: float | None = None
+    """Stop (validate, keep the best, checkpoint) once training has taken this long, validations included."""
     lr: float = 1e-3
     """Peak learning rate of AdamW."""
     weight_decay: float = 0.01
@@ -194,6 +196,8 @@ class TrainingConfig:
             _positive(name, getattr(self, name), allow_zero=True)
         if self.max_steps is not None:
             _positive("max_steps", self.max_steps)
+        if self.max_minutes is not None:
+            _positive("max_minutes", self.max_minutes)
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError("warmup_ratio", f"must lie in [0, 1), got {self.warmup_ratio}")
         _choice("schedule", self.schedule, ("linear", "cosine", "constant"))

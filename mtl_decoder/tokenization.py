@@ -37,13 +37,20 @@ class Encoded:
 
 
 def train_tokenizer(texts: Iterable[str | list[str]], cfg: TokenizerConfig) -> Tokenizer:
-    """A cased WordPiece/BPE tokenizer trained on ``texts`` (raw strings or word lists)."""
+    """A cased BPE/WordPiece/word-level tokenizer trained on ``texts`` (raw strings or word lists)."""
     if cfg.kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
         trainer = trainers.WordPieceTrainer(
             vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=SPECIALS, show_progress=False
         )
         tok.decoder = decoders.WordPiece()
+    elif cfg.kind == "wordlevel":
+        # Whole words (the pre-tokenizer's), rare ones as [UNK]: shorter sequences than sub-words, and with the
+        # character CNN (model.char_embedding) an unseen word is still read letter by letter.
+        tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+        trainer = trainers.WordLevelTrainer(
+            vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=SPECIALS, show_progress=False
+        )
     else:
         # No continuing-subword prefix: with one, `tokenizers` assigns the '##' pieces ids in hash-map order and
         # breaks merge ties by id, so the vocabulary differs run to run (huggingface/tokenizers#1794). Without

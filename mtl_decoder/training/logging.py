@@ -114,10 +114,10 @@ class RunLogger:
     def summary(self, result, config: ExperimentConfig) -> None:
         if not self.main:
             return
+        why = {"done": "", "early_stopping": " (early stop)", "time_budget": " (time budget)"}[result.stop_reason]
         lines = [
-            f"done: {result.steps} steps in {result.wall_time_s / 60:.1f} min"
-            f"{' (early stop)' if result.stopped_early else ''}; best at step {result.best_step} "
-            f"(score {result.best_score:.4f}) -> {result.best_dir}"
+            f"done: {result.steps} steps in {result.wall_time_s / 60:.1f} min{why}, {result.tokens_per_s:,.0f} "
+            f"tokens/s; best at step {result.best_step} (score {result.best_score:.4f}) -> {result.best_dir}"
         ]
         for task, m in result.best_metrics.items():
             kind = config.tasks[task].kind
@@ -129,7 +129,10 @@ class RunLogger:
             "best_score": result.best_score,
             "steps": result.steps,
             "stopped_early": result.stopped_early,
+            "stop_reason": result.stop_reason,
             "wall_time_s": result.wall_time_s,
+            "tokens_per_s": result.tokens_per_s,
+            "parameters": result.parameters,
             "validation": result.best_metrics,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")

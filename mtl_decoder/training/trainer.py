@@ -63,6 +63,12 @@ class TrainResult:
     steps: int
     stopped_early: bool
     wall_time_s: float
+    """Training wall time: steps and validations, summed over resumed sessions."""
+    tokens_per_s: float = 0.0
+    """Real (non-pad) training tokens per second of training steps, all processes together."""
+    parameters: int = 0
+    stop_reason: str = "done"
+    """'done', 'early_stopping' or 'time_budget'."""
 
 
 def train(
@@ -104,6 +110,9 @@ class Trainer:
         self.log = RunLogger(self.accelerator, self.run_dir, config, progress=tcfg.progress)
         self._setup_model()
         self.state: dict[str, Any] = {
+            "train_seconds": 0.0,
+            "validation_seconds": 0.0,
+            "tokens": 0,
             "step": 0,
             "epoch": 0,
             "batches_in_epoch": 0,
@@ -184,20 +193,20 @@ class Trainer:
     # ------------------------------------------------------------------------------------------------ train
 
     def fit(self) -> TrainResult:
-        start = time.perf_counter()
         self.log.banner(self._banner())
-        stopped_early = False
         st = self.state
-        while st["epoch"] < self.epochs and st["step"] < self.total_steps and not stopped_early:
-            stopped_early = self._run_epoch(st["epoch"])
+        patience = self.cfg.training.patience
+        self.stop_reason = "early_stopping" if patience and st["bad_validations"] >= patience else "done"
+        while st["epoch"] < self.epochs and st["step"] < self.total_steps and self.stop_reason == "done":
+            self._run_epoch(st["epoch"])
             if st["batches_in_epoch"] >= len(self.loader):  # the epoch ran to its end
                 self.balancer.end_epoch()
                 st["epoch"], st["batches_in_epoch"] = st["epoch"] + 1, 0
                 if self.cfg.training.eval_every == 0 and not self._validated_at_this_step():
-                    stopped_early = self._validate_and_checkpoint()
-        if not stopped_early and not self._validated_at_this_step():
+                    self._validate_and_checkpoint()
+        if not self._validated_at_this_step():
             self._validate_and_checkpoint()
-        wall = time.perf_counter() - start
+        train_s = st["train_seconds"]
         result = TrainResult(
             self.run_dir,
             self.run_dir / "best",
@@ -205,24 +214,43 @@ class Trainer:
             st["best_score"],
             st["best_metrics"],
             st["step"],
-            stopped_early,
-            wall,
+            self.stop_reason == "early_stopping",
+            train_s + st["validation_seconds"],
+            st["tokens"] * self.accelerator.num_processes / train_s if train_s else 0.0,
+            self.accelerator.unwrap_model(self.model).num_parameters(),
+            self.stop_reason,
         )
         self.log.summary(result, self.cfg)
         return result
 
-    def _run_epoch(self, epoch: int) -> bool:
-        """Train until the epoch ends, the step budget is spent or early stopping triggers (returns True)."""
+    def _over_time_budget(self) -> bool:
+        """Whether training.max_minutes is spent (steps and validations); every process gets the same answer."""
+        budget = self.cfg.training.max_minutes
+        if budget is None:
+            return False
+        spent = self.state["train_seconds"] + self.state["validation_seconds"]
+        over = torch.tensor(float(spent > budget * 60), device=self.accelerator.device)
+        if self.accelerator.num_processes > 1:
+            over = self.accelerator.reduce(over, "max")
+        return bool(over.item())
+
+    def _run_epoch(self, epoch: int) -> None:
+        """Train until the epoch ends, the step or time budget is spent, or early stopping triggers."""
         st = self.state
         self.sampler.set_epoch(epoch)
         self.loader.set_epoch(epoch)
         loader = skip_first_batches(self.loader, st["batches_in_epoch"]) if st["batches_in_epoch"] else self.loader
         self.sampler.set_epoch(epoch)
         bar = self.log.progress(len(self.loader), st["batches_in_epoch"], f"epoch {epoch + 1}/{self.epochs}")
-        for batch in loader:
+        tick = time.perf_counter()
+        for batch in loader:  # train_seconds counts loading and steps; validation time is counted apart
             st["batches_in_epoch"] += 1
             synced = self._train_step(batch)
+            st["tokens"] += int(batch["attention_mask"].sum())
             bar.update(1)
+            now = time.perf_counter()
+            st["train_seconds"] += now - tick
+            tick = now
             if not synced:
                 continue
             st["step"] += 1
@@ -231,13 +259,20 @@ class Trainer:
                 self.log.train_step(st["step"], epoch, self.scheduler.get_last_lr()[0], self.balancer, bar)
             last = st["step"] >= self.total_steps
             every = self.cfg.training.eval_every
-            if every and (st["step"] % every == 0 or last) and self._validate_and_checkpoint():
-                bar.close()
-                return True
+            if self._over_time_budget():
+                self.stop_reason = "time_budget"
+                self.log.info(f"step {st['step']}: training.max_minutes ({self.cfg.training.max_minutes}) spent")
+                if not (every and st["step"] % every == 0):
+                    self._validate_and_checkpoint()
+                break
+            if every and (st["step"] % every == 0 or last):
+                self._validate_and_checkpoint()
+                tick = time.perf_counter()
+                if self.stop_reason != "done":
+                    break
             if last:
                 break
         bar.close()
-        return False
 
     def _train_step(self, batch: dict[str, Any]) -> bool:
         acc, cfg = self.accelerator, self.cfg
@@ -318,9 +353,10 @@ class Trainer:
     def _validated_at_this_step(self) -> bool:
         return bool(self.state["validations"]) and self.state["validations"][-1]["step"] == self.state["step"]
 
-    def _validate_and_checkpoint(self) -> bool:
-        """Validate, keep the best model, save a resumable checkpoint; True when patience has run out."""
+    def _validate_and_checkpoint(self) -> None:
+        """Validate, keep the best model, save a resumable checkpoint; stop when patience has run out."""
         st, acc = self.state, self.accelerator
+        started = time.perf_counter()
         metrics = self.validate()
         score = selection_score(self.cfg.tasks, metrics)
         improved = score > st["best_score"]
@@ -340,10 +376,13 @@ class Trainer:
             st["bad_validations"] += 1
         st["validations"].append({"step": st["step"], "score": score})
         self.log.validation(st["step"], st["epoch"], metrics, score, improved, self.cfg)
+        patience = self.cfg.training.patience
+        if patience and st["bad_validations"] >= patience and self.stop_reason == "done":
+            self.stop_reason = "early_stopping"
+            self.log.info(f"step {st['step']}: no improvement in {patience} validations, stopping")
+        st["validation_seconds"] += time.perf_counter() - started
         state = {**st, "balancer": self.balancer.state(), "scheduler": self.scheduler.state_dict()}
         save_checkpoint(acc, self.run_dir / "checkpoints", st["step"], state, self.cfg.training.keep_checkpoints)
-        patience = self.cfg.training.patience
-        return bool(patience) and st["bad_validations"] >= patience
 
     # ------------------------------------------------------------------------------------------------ report
 

@@ -185,3 +185,21 @@ def test_two_process_data_parallel_run(make_config, tmp_path):
     assert set(summary["validation"]) == {"ner", "sentiment"}
     assert summary["validation"]["ner"]["sentences"] == 20  # every validation example scored exactly once
     assert summary["validation"]["sentiment"]["support"] == 20
+
+
+def test_time_budget_stops_with_a_validated_best_model(make_config, tmp_path):
+    result = train(make_config(tmp_path / "run", ["training.max_minutes=0.0001", "training.epochs=50"]))
+    assert result.stop_reason == "time_budget"
+    assert result.steps == 1  # the budget is checked after every step
+    assert result.best_step == 1 and (tmp_path / "run/best/model.safetensors").is_file()
+    assert _summary(tmp_path / "run")["stop_reason"] == "time_budget"
+
+
+def test_early_stopping_after_patience_validations_without_improvement(make_config, tmp_path):
+    # lr 0: the first validation is the best there will be, the next two do not improve on it.
+    overrides = ["training.lr=0", "training.eval_every=2", "training.patience=2", "training.epochs=20"]
+    with pytest.raises(Exception, match="lr"):
+        make_config(tmp_path / "bad", overrides)
+    result = train(make_config(tmp_path / "run", ["training.lr=1e-9", *overrides[1:]]))
+    assert result.stop_reason == "early_stopping" and result.stopped_early
+    assert result.steps == 6 and result.best_step == 2
