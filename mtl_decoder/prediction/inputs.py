@@ -4,7 +4,7 @@ Unlike the training readers, a bad record does not raise: it comes out as a ``Ba
 text) so the caller decides whether to stop or to set it aside. Only problems with the file as a whole (not
 found, unknown format, a CSV header without the text column) raise ``DataError``.
 
-Formats: .jsonl (``tokens`` list or a text field; every field kept), .csv (RFC 4180 quoting, strict) and
+Formats: .jsonl (a ``tokens`` list, or else a text field; every field kept), .csv (RFC 4180 quoting, strict) and
 .tsv (one line per row, no quoting) with a text column, .txt (a text per line), .conll (a token per line in
 the first column, blank line between sentences). Files are read as bytes and decoded line by line, so a line
 that is not UTF-8 is one bad record, not the end of the run.

@@ -24,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 from mtl_decoder.errors import DataError, UserError, did_you_mean
+from mtl_decoder.inference import Predictor
 from mtl_decoder.prediction.files import AtomicJsonl, check_targets, errors_path
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord, check_text, check_tokens
 from mtl_decoder.prediction.outputs import prediction_dict
@@ -92,24 +93,37 @@ def predict_texts(
     batch_size: int = 64,
     device: str | torch.device | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """For each raw text or token list, in order: task name -> prediction (as in the output files).
-    A bad item (empty, not text, tokens not strings) raises UserError naming its index."""
+    """For each raw text or token list, in order: task name -> prediction (as in the output files). The model
+    and the tasks are checked at once; a bad item (empty, not text, tokens not strings) raises UserError naming
+    its index when the stream reaches it."""
     pretrained = _load(model, device)
     names = resolve_tasks(pretrained, tasks)
-    predictor = pretrained.predictor(_check_batch_size(batch_size))
+    return _predict_items(pretrained.predictor(_check_batch_size(batch_size)), items, names)
+
+
+def _predict_items(predictor: Predictor, items: Iterable[str | Sequence[str]], tasks: list[str]) -> Iterator[dict]:
     pending: deque[str | list[str]] = deque()
 
     def checked() -> Iterator[str | list[str]]:
         for index, item in enumerate(items):
             item = list(item) if isinstance(item, tuple) else item
-            reason = check_text(item) if isinstance(item, str) else check_tokens(item)
+            reason = _item_problem(item)
             if reason:
-                raise UserError(f"item {index}: {'text' if isinstance(item, str) else 'tokens'} {reason}")
+                raise UserError(f"item {index}: {reason}")
             pending.append(item)
             yield item
 
-    for pred in predictor.predict(checked(), names):
-        yield prediction_dict(pred, pending.popleft(), names, predictor.kinds)
+    for pred in predictor.predict(checked(), tasks):
+        yield prediction_dict(pred, pending.popleft(), tasks, predictor.kinds)
+
+
+def _item_problem(item: Any) -> str | None:
+    if isinstance(item, str):
+        reason = check_text(item)
+        return f"text {reason}" if reason else None
+    if isinstance(item, list):
+        return check_tokens(item)
+    return f"must be a text or a list of tokens, got {type(item).__name__}"
 
 
 # ---------------------------------------------------------------------------------------------- on files
@@ -152,7 +166,7 @@ def predict_file(
 
 
 def _stream(
-    predictor,
+    predictor: Predictor,
     reader: InputReader,
     tasks: list[str],
     out: AtomicJsonl,
@@ -192,6 +206,7 @@ def _set_aside(record: BadRecord, path: str, bad: AtomicJsonl | None) -> None:
         raise DataError(path, record.line, record.reason, record.field)
     entry: dict[str, Any] = {"line": record.line, "reason": record.reason}
     if record.field is not None:
+        entry["reason"] = f"field '{record.field}': {record.reason}"
         entry["field"] = record.field
     entry["raw"] = record.raw
     bad.write(entry)

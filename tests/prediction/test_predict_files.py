@@ -1,0 +1,143 @@
+"""predict on files: every format agrees, fields and order are kept, bad records stop or are set aside, outputs
+are never half-written or silently overwritten."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from predict_testkit import (
+    SENTENCES,
+    read_jsonl,
+    same_predictions,
+    texts,
+    write_conll,
+    write_delimited,
+    write_jsonl,
+    write_lines,
+)
+
+from mtl_decoder.cli import main
+from mtl_decoder.errors import DataError, UserError
+from mtl_decoder.prediction import predict_file
+from mtl_decoder.pretrained import load_pretrained
+
+KINDS = {"ner": "token_tagging", "sentiment": "sentence_classification"}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_run):
+    return tiny_run / "best"
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    return load_pretrained(model_dir)
+
+
+def _inputs(folder) -> dict:
+    rows = [{"id": i, "text": t} for i, t in enumerate(texts())]
+    return {
+        "tokens.jsonl": write_jsonl(folder / "tokens.jsonl", [{"id": i, "tokens": s} for i, s in enumerate(SENTENCES)]),
+        "conll": write_conll(folder / "in.conll", SENTENCES),
+        "text.jsonl": write_jsonl(folder / "text.jsonl", rows),
+        "csv": write_delimited(folder / "in.csv", rows, ","),
+        "tsv": write_delimited(folder / "in.tsv", [{"text": r["text"], "id": r["id"]} for r in rows], "\t"),
+        "txt": write_lines(folder / "in.txt", texts()),
+    }
+
+
+def test_every_format_gives_the_same_predictions(model, tmp_path):
+    outputs = {}
+    for name, path in _inputs(tmp_path).items():
+        out = tmp_path / f"out-{name}.jsonl"
+        summary = predict_file(model, path, out, batch_size=2, progress=False)
+        assert (summary.read, summary.predicted, summary.skipped) == (len(SENTENCES), len(SENTENCES), 0), name
+        outputs[name] = read_jsonl(out)
+    reference = [r["predictions"] for r in outputs["tokens.jsonl"]]
+    for name, records in outputs.items():
+        assert len(records) == len(SENTENCES), name
+        for record, expected, tokens in zip(records, reference, SENTENCES, strict=True):
+            assert same_predictions(record["predictions"], expected, KINDS), name
+            if "words" in record["predictions"]["ner"]:  # raw text: the words it was tagged in, with offsets
+                assert record["predictions"]["ner"]["words"] == tokens
+    assert [r["id"] for r in outputs["text.jsonl"]] == list(range(len(SENTENCES)))
+    assert [r["id"] for r in outputs["csv"]] == [str(i) for i in range(len(SENTENCES))]  # CSV cells are text
+    assert list(outputs["tsv"][0]) == ["text", "id", "predictions"]
+    assert outputs["conll"][0]["tokens"] == SENTENCES[0] and outputs["conll"][0]["columns"][0] == ["NNP", "O"]
+    assert outputs["txt"][1]["text"] == texts()[1]
+
+
+def test_order_is_kept_with_length_grouped_batches(model, tmp_path):
+    long = " ".join(["word"] * 70)  # longer than max_length 48: tagged in windows
+    items = [texts()[0], long, "a b", SENTENCES[1], "x " * 30, texts()[2], "ok", SENTENCES[3], long + " end"]
+    records = [{"n": i, "tokens": x} if isinstance(x, list) else {"n": i, "text": x} for i, x in enumerate(items)]
+    out = tmp_path / "out.jsonl"
+    summary = predict_file(model, write_jsonl(tmp_path / "mixed.jsonl", records), out, batch_size=2, progress=False)
+    got = read_jsonl(out)
+    assert [r["n"] for r in got] == list(range(len(items)))
+    assert summary.windowed == 2 and summary.truncated == 2
+    for record in got:  # each record's prediction is the one it gets alone
+        alone = tmp_path / f"alone{record['n']}.jsonl"
+        predict_file(model, write_jsonl(tmp_path / "one.jsonl", [records[record["n"]]]), alone, force=True)
+        assert same_predictions(record["predictions"], read_jsonl(alone)[0]["predictions"], KINDS)
+
+
+def _bad_file(folder):
+    lines = [json.dumps({"text": t}) for t in texts()]
+    lines[2] = '{"text": "unterminated'
+    lines.insert(1, "")
+    return write_lines(folder / "in.jsonl", lines)  # the bad record is on line 4
+
+
+def test_fail_mode_names_the_line_and_leaves_no_output(model_dir, tmp_path, capsys):
+    source, out = _bad_file(tmp_path), tmp_path / "out.jsonl"
+    code = main(["predict", "--model", str(model_dir), "--input", str(source), "--output", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {source}:4: malformed JSON") and "\n" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]  # no output, no temporary file
+
+
+def test_skip_mode_sets_bad_records_aside_with_counts(model_dir, tmp_path, capsys):
+    source, out = _bad_file(tmp_path), tmp_path / "out.jsonl"
+    args = ["predict", "--model", str(model_dir), "--input", str(source), "--output", str(out)]
+    assert main([*args, "--on-error", "skip", "--batch-size", "2"]) == 0
+    report = capsys.readouterr().out
+    assert "read 5 records: predicted 4, skipped 1" in report and "empty lines skipped 1" in report
+    assert "records/s" in report and "tokens/s" in report
+    assert [r["text"] for r in read_jsonl(out)] == [t for i, t in enumerate(texts()) if i != 2]
+    [error] = read_jsonl(tmp_path / "out.errors.jsonl")
+    assert error["line"] == 4 and error["reason"].startswith("malformed JSON")
+    assert error["raw"] == '{"text": "unterminated'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.errors.jsonl", "out.jsonl"]
+
+
+def test_existing_output_needs_force(model, model_dir, tmp_path, capsys):
+    source = write_lines(tmp_path / "in.txt", texts())
+    out = tmp_path / "out.jsonl"
+    out.write_text("keep me\n", encoding="utf-8")
+    args = ["predict", "--model", str(model_dir), "--input", str(source), "--output", str(out)]
+    assert main(args) == 2
+    assert "already exists (use --force" in capsys.readouterr().err
+    assert out.read_text(encoding="utf-8") == "keep me\n"
+    (tmp_path / "new.errors.jsonl").write_text("old\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"new\.errors\.jsonl: already exists"):  # skip mode also writes the errors file
+        predict_file(model, source, tmp_path / "new.jsonl", on_error="skip")
+    assert not (tmp_path / "new.jsonl").exists()
+    assert main([*args, "--force"]) == 0
+    assert len(read_jsonl(out)) == len(SENTENCES)
+    with pytest.raises(UserError, match="overwrite the input"):
+        predict_file(model, source, source, force=True)
+
+
+def test_task_selection_and_bad_arguments(model, tmp_path):
+    source = write_lines(tmp_path / "in.txt", texts()[:2])
+    summary = predict_file(model, source, tmp_path / "out.jsonl", tasks="sentiment", progress=False)
+    assert summary.predicted == 2
+    assert all(list(r["predictions"]) == ["sentiment"] for r in read_jsonl(tmp_path / "out.jsonl"))
+    with pytest.raises(UserError, match="did you mean 'sentiment'"):
+        predict_file(model, source, tmp_path / "x.jsonl", tasks="sentimnt")
+    with pytest.raises(DataError, match="--format"):
+        predict_file(model, write_lines(tmp_path / "in.dat", ["x"]), tmp_path / "y.jsonl")
+    assert predict_file(model, tmp_path / "in.dat", tmp_path / "y.jsonl", fmt="txt").predicted == 1
