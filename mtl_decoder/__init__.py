@@ -1,3 +1,31 @@
-"""mtl-decoder: multi-task text models on a Pre-LN decoder trunk with a PLE expert/gate block in every layer."""
+"""mtl-decoder: multi-task text models on a Pre-LN decoder trunk with a PLE expert/gate block in every layer.
+
+from mtl_decoder import train, evaluate, predict_file, predict_texts, load_pretrained, load_config
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_API = {  # name -> module: imported on first use, so `import mtl_decoder` stays light
+    "load_config": "mtl_decoder.config",
+    "ExperimentConfig": "mtl_decoder.config",
+    "train": "mtl_decoder.training.trainer",
+    "TrainResult": "mtl_decoder.training.trainer",
+    "evaluate": "mtl_decoder.evaluation.evaluate",
+    "predict_file": "mtl_decoder.prediction.predict",
+    "predict_texts": "mtl_decoder.prediction.predict",
+    "load_pretrained": "mtl_decoder.pretrained",
+    "save_pretrained": "mtl_decoder.pretrained",
+    "MTLDecoder": "mtl_decoder.model.decoder",
+}
+__all__ = [*_API, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'mtl_decoder' has no attribute {name!r}")

@@ -124,6 +124,11 @@ class TextEncoder:
             else:
                 i = number[word]
                 spans[i] = (min(spans[i][0], start), max(spans[i][1], end))
+        for i, (start, end) in enumerate(spans):  # NFC merges (e + U+0301 -> é) end a word's offsets early
+            limit = spans[i + 1][0] if i + 1 < len(spans) else len(text)
+            while end < limit and not text[end].isspace():
+                end += 1
+            spans[i] = (start, end)
         words = [text[s:e] for s, e in spans]
         return self._finish(enc, words, spans, number)
 

@@ -16,7 +16,7 @@ from torch import nn
 from mtl_decoder.config import CLASSIFICATION, TAGGING, ModelConfig
 from mtl_decoder.model.crf import CRF
 from mtl_decoder.model.experts import SHARED, ExpertBlock, ExpertGroup, Gate, RouteLayout
-from mtl_decoder.model.layers import RotaryEmbedding, SelfAttention, SwiGLU, make_norm
+from mtl_decoder.model.layers import Dropout, RotaryEmbedding, SelfAttention, SwiGLU, make_norm
 from mtl_decoder.wordfeatures import N_CHAR_IDS, SHAPES
 
 
@@ -76,7 +76,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, tasks: list[str], is_last: bool):
         super().__init__()
         self.attn_norm = make_norm(cfg.norm, cfg.d_model)
-        self.attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.attn = SelfAttention(cfg.d_model, cfg.n_heads)
         self.ffn_norm = make_norm(cfg.norm, cfg.d_model)
         if cfg.ffn == "mlp":
             self.ffn = SwiGLU(cfg.d_model, cfg.mlp_width)
@@ -91,7 +91,7 @@ class DecoderLayer(nn.Module):
                 cfg.initial_shared_weight,
                 shared_gate=not is_last,
             )
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(
         self, h: torch.Tensor, mask: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], layout: RouteLayout
@@ -118,7 +118,7 @@ class MTLDecoder(nn.Module):
             if cfg.char_embedding or cfg.word_features
             else None
         )
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.rope = RotaryEmbedding(cfg.d_model // cfg.n_heads, cfg.rope_base)
         self.layers = nn.ModuleList(DecoderLayer(cfg, names, i == cfg.n_layers - 1) for i in range(cfg.n_layers))
         self.final_norm = make_norm(cfg.norm, cfg.d_model)
@@ -141,6 +141,13 @@ class MTLDecoder(nn.Module):
             nn.init.zeros_(layer.attn.out.weight)
             if isinstance(layer.ffn, SwiGLU):
                 nn.init.zeros_(layer.ffn.down.weight)
+
+    @classmethod
+    def from_pretrained(cls, directory: str, device: torch.device | str | None = None) -> MTLDecoder:
+        """The model of a saved model directory (RUN/best); see mtl_decoder.load_pretrained for the tokenizer too."""
+        from mtl_decoder.pretrained import load_pretrained  # the directory format lives with the tokenizer code
+
+        return load_pretrained(directory, device).model
 
     @property
     def task_names(self) -> list[str]:

@@ -32,21 +32,42 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return rotated.to(x.dtype)
 
 
-class SelfAttention(nn.Module):
-    """Multi-head self-attention through torch SDPA; the mask carries causality and padding."""
+class Dropout(nn.Module):
+    """Dropout drawing one random byte per element, so p moves in steps of 1/256 (0.1 acts as 26/256).
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float):
+    torch's bernoulli dropout took 5.2 ms on a (2304, 256) tensor on the 2-core CPU this was built on, this
+    1.9 ms; a training step calls dropout about nine times.
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.threshold = round(p * 256)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.threshold == 0:
+            return x
+        n = x.numel()
+        words = torch.randint(0, 2**56, ((n + 6) // 7,), dtype=torch.int64, device=x.device)  # 7 random bytes each
+        noise = words.view(torch.uint8).view(-1, 8)[:, :7].reshape(-1)[:n].view(x.shape)
+        return x * (noise >= self.threshold) * (256.0 / (256 - self.threshold))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention through torch SDPA; the mask carries causality and padding.
+
+    No dropout on the attention probabilities: with it SDPA leaves its fused CPU kernel (3.4x slower)."""
+
+    def __init__(self, d_model: int, n_heads: int):
         super().__init__()
         self.n_heads = n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out = nn.Linear(d_model, d_model, bias=False)  # zero-initialised by the model: identity at init
-        self.dropout = dropout
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         N, T, C = x.shape
         q, k, v = self.qkv(x).view(N, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)  # 3 x (N, H, T, D)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.out(y.transpose(1, 2).reshape(N, T, C))  # (N, T, C)
 
 
