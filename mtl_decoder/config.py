@@ -68,6 +68,11 @@ class ModelConfig:
     """Width of a character-CNN feature per word added to its sub-words (0 = off). Helps unseen names."""
     word_features: bool = False
     """Add an embedding of each word's shape/case class (Xxxx, XXXX, xxxx, dd, ...) to its sub-words."""
+    word_hash_buckets: int = 0
+    """Hashed sparse features per word (the word, lower-cased, its 2-4 letter prefixes and suffixes) in this many
+    buckets, summed and added to the word's sub-words, as a feature-based CRF tagger sees words (0 = off)."""
+    word_hash_dim: int = 64
+    """Width of the hashed-feature embedding (projected to d_model)."""
     tagging_decoder: str = "softmax"
     """How tag sequences are decoded: 'softmax' (per token) or 'crf' (linear-chain CRF, Viterbi)."""
 
@@ -93,6 +98,10 @@ class ModelConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError("dropout", f"must lie in [0, 1), got {self.dropout}")
         _positive("char_embedding", self.char_embedding, allow_zero=True)
+        _positive("word_hash_buckets", self.word_hash_buckets, allow_zero=True)
+        if self.word_hash_buckets == 1:
+            raise ConfigError("word_hash_buckets", "must be 0 (off) or at least 2")
+        _positive("word_hash_dim", self.word_hash_dim)
 
     @property
     def mlp_width(self) -> int:

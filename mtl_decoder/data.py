@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from mtl_decoder.config import TAGGING
+from mtl_decoder.config import TAGGING, ModelConfig
 from mtl_decoder.tasks import Example
 from mtl_decoder.tokenization import TextEncoder, word_labels
-from mtl_decoder.wordfeatures import MAX_WORD_CHARS, char_ids, shape_id
+from mtl_decoder.wordfeatures import MAX_WORD_CHARS, N_HASHED, char_ids, hashed_features, shape_id
 
 
 @dataclass
@@ -131,19 +131,34 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler[list[int]]):
         return np.concatenate(out)
 
 
-class Collator:
-    """Pads a list of encoded examples into the model's batch: ids, masks, word features and labels."""
+def collator_for(model_cfg: ModelConfig, pad_id: int, task_kinds: dict[str, str]) -> Collator:
+    """The collator that gives a model the per-word inputs its config asks for."""
+    word_features = bool(model_cfg.char_embedding or model_cfg.word_features)
+    return Collator(pad_id, task_kinds, word_features, model_cfg.word_hash_buckets)
 
-    def __init__(
-        self,
-        pad_id: int,
-        task_kinds: dict[str, str],
-        word_features: bool = False,
-        word_dropout: float = 0.0,
-        unk_id: int = 1,
-    ):
+
+def drop_words(input_ids: torch.Tensor, word_index: torch.Tensor, p: float, unk_id: int) -> torch.Tensor:
+    """Word dropout: every sub-word of a dropped word becomes [UNK] (its label is kept). Draws from the torch
+    RNG, so the trainer calls it in step order and a resumed run draws what an unbroken one would."""
+    W = int(word_index.max()) + 1
+    if W <= 0:
+        return input_ids
+    dropped = torch.rand(word_index.shape[0], W, device=word_index.device) < p
+    hit = (word_index >= 0) & dropped.gather(1, word_index.clamp(min=0))
+    return input_ids.masked_fill(hit, unk_id)
+
+
+class Collator:
+    """Pads a list of encoded examples into the model's batch: ids, masks, word features and labels.
+
+    ``word_features``: add per-word character ids and shape classes; ``hash_buckets``: also the hashed sparse
+    features of each word (0 = off). Features are computed once per distinct word and cached.
+    """
+
+    def __init__(self, pad_id: int, task_kinds: dict[str, str], word_features: bool = False, hash_buckets: int = 0):
         self.pad_id, self.task_kinds = pad_id, task_kinds
-        self.word_features, self.word_dropout, self.unk_id = word_features, word_dropout, unk_id
+        self.word_features, self.hash_buckets = word_features, hash_buckets
+        self._cache: dict[str, tuple[list[int], int, list[int]]] = {}
 
     def __call__(self, examples: list[EncodedExample]) -> dict[str, Any]:
         B, T = len(examples), max(len(ex.ids) for ex in examples)
@@ -155,14 +170,12 @@ class Collator:
             input_ids[i, :n] = torch.tensor(ex.ids)
             attention_mask[i, :n] = True
             word_index[i, :n] = torch.tensor(ex.word_index)
-        if self.word_dropout:
-            self._drop_words(input_ids, word_index)
         batch: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask, "word_index": word_index}
         labels = self._labels(examples, T)
         if labels:
             batch["labels"] = labels
-        if self.word_features:
-            batch.update(self._word_features(examples, word_index))
+        if self.word_features or self.hash_buckets:
+            batch.update(self._word_features(examples, max(int(word_index.max()) + 1, 1)))
         return batch
 
     def _labels(self, examples: list[EncodedExample], T: int) -> dict[str, torch.Tensor]:
@@ -180,23 +193,28 @@ class Collator:
             labels[task] = out
         return labels
 
-    def _drop_words(self, input_ids: torch.Tensor, word_index: torch.Tensor) -> None:
-        """Word dropout: every sub-word of a dropped word becomes [UNK] (its label is kept)."""
-        W = int(word_index.max()) + 1
-        if W <= 0:
-            return
-        dropped = torch.rand(input_ids.shape[0], W) < self.word_dropout  # torch RNG: restored on resume
-        hit = (word_index >= 0) & dropped.gather(1, word_index.clamp(min=0))
-        input_ids[hit] = self.unk_id
+    def _features_of(self, word: str) -> tuple[list[int], int, list[int]]:
+        found = self._cache.get(word)
+        if found is None:
+            chars = char_ids(word)
+            chars = chars + [0] * (MAX_WORD_CHARS - len(chars))
+            hashed = hashed_features(word, self.hash_buckets) if self.hash_buckets else []
+            found = (chars, shape_id(word), hashed)
+            if len(self._cache) < 500_000:
+                self._cache[word] = found
+        return found
 
-    def _word_features(self, examples: list[EncodedExample], word_index: torch.Tensor) -> dict[str, torch.Tensor]:
-        B, W = len(examples), max(int(word_index.max()) + 1, 1)
-        chars = torch.zeros(B, W, MAX_WORD_CHARS, dtype=torch.long)
-        shapes = torch.zeros(B, W, dtype=torch.long)
-        for i, ex in enumerate(examples):
+    def _word_features(self, examples: list[EncodedExample], W: int) -> dict[str, torch.Tensor]:
+        """(B, W, K) character ids, (B, W) shape classes and (B, W, N_HASHED) hashed features of the kept words."""
+        none = ([0] * MAX_WORD_CHARS, 0, [0] * N_HASHED)
+        rows = []
+        for ex in examples:
             kept = max(ex.word_index, default=-1) + 1
-            for w, word in enumerate(ex.words[:kept]):
-                ids = char_ids(word)
-                chars[i, w, : len(ids)] = torch.tensor(ids)
-                shapes[i, w] = shape_id(word)
-        return {"char_ids": chars, "shape_ids": shapes}
+            rows.append([self._features_of(w) for w in ex.words[:kept]] + [none] * (W - kept))
+        out = {
+            "char_ids": torch.tensor([[f[0] for f in row] for row in rows], dtype=torch.long),
+            "shape_ids": torch.tensor([[f[1] for f in row] for row in rows], dtype=torch.long),
+        }
+        if self.hash_buckets:
+            out["hash_ids"] = torch.tensor([[f[2] for f in row] for row in rows], dtype=torch.long)
+        return out

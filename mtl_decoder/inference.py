@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING
-from mtl_decoder.data import Collator, EncodedExample
+from mtl_decoder.data import EncodedExample, collator_for
 from mtl_decoder.model import MTLDecoder, MTLOutput
 from mtl_decoder.tokenization import Encoded, TextEncoder
 
@@ -58,9 +58,8 @@ class Predictor:
         self.model, self.encoder, self.label_sets = model, encoder, label_sets
         self.batch_size, self.buffer = batch_size, batch_size * buffer_batches
         kinds = {t.name: t.kind for t in model.tasks}
-        cfg = model.cfg
         self.kinds = kinds
-        self.collate = Collator(encoder.pad_id, {}, word_features=bool(cfg.char_embedding or cfg.word_features))
+        self.collate = collator_for(model.cfg, encoder.pad_id, {})
 
     def predict(
         self,

@@ -1,10 +1,13 @@
-"""Per-word features that need no vocabulary file: character ids and a word-shape class.
+"""Per-word features that need no vocabulary file: character ids, a word-shape class and hashed sparse
+features (the lower-cased word, its prefixes and suffixes) like those of a feature-based CRF tagger.
 
-Sub-word ids alone overfit names seen in training; the characters and the shape of a word (capitalised,
+Sub-word ids alone overfit names seen in training; the characters, affixes and shape of a word (capitalised,
 all caps, digits, ...) are the evidence that generalises to unseen names. Shared by data and model.
 """
 
 from __future__ import annotations
+
+import zlib
 
 N_CHAR_IDS = 512
 """Character id space: 0 = padding, 1..127 = ASCII, 128..511 = other characters hashed."""
@@ -59,3 +62,24 @@ def shape_id(word: str) -> int:
     if letters[0].isupper() and all(c.islower() for c in letters[1:]):
         return SHAPES.index("capitalised")
     return SHAPES.index("mixed_case")
+
+
+N_HASHED = 8
+"""Hashed features per word (see ``hashed_features``)."""
+
+
+def hashed_features(word: str, buckets: int) -> list[int]:
+    """Ids in 1..buckets-1 (0 is padding) of the word as written, lower-cased, and its lower-cased prefixes and
+    suffixes of 2-4 characters. crc32, not hash(): ids must not change between processes."""
+    low = word.lower()
+    names = (
+        f"W{word}",
+        f"w{low}",
+        f"p{low[:2]}",
+        f"P{low[:3]}",
+        f"q{low[:4]}",
+        f"s{low[-2:]}",
+        f"S{low[-3:]}",
+        f"t{low[-4:]}",
+    )
+    return [1 + zlib.crc32(name.encode("utf-8", "surrogatepass")) % (buckets - 1) for name in names]

@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING
-from mtl_decoder.data import Collator, EncodedExample, MultiTaskBatchSampler, MultiTaskDataset, source_probabilities
+from mtl_decoder.data import (
+    Collator,
+    EncodedExample,
+    MultiTaskBatchSampler,
+    MultiTaskDataset,
+    drop_words,
+    source_probabilities,
+)
 
 SIZES = [400, 100, 25]
 
@@ -135,10 +142,27 @@ def test_collator_pads_and_masks_missing_labels():
 def test_word_dropout_replaces_whole_words():
     torch.manual_seed(0)
     ex = EncodedExample([2, *range(10, 30), 3], [-1, *[w for w in range(10) for _ in (0, 1)], -1], ["w"] * 10)
-    batch = Collator(0, {}, word_dropout=0.5, unk_id=1)([ex] * 8)
-    ids, words = batch["input_ids"], batch["word_index"]
+    batch = Collator(0, {})([ex] * 8)
+    ids = drop_words(batch["input_ids"], batch["word_index"], 0.5, unk_id=1)
+    words = batch["word_index"]
     assert (ids == 1).any() and (ids != 1).any()
     assert torch.all(ids[:, 0] == 2) and torch.all(ids[:, -1] == 3)
     pairs = ids[:, 1:-1].reshape(8, 10, 2)
     assert torch.all((pairs[..., 0] == 1) == (pairs[..., 1] == 1))  # both sub-words of a word or neither
     assert torch.equal(words[0], torch.tensor(ex.word_index))
+
+
+def test_hashed_word_features_are_stable_and_padded():
+    from mtl_decoder.wordfeatures import N_HASHED, hashed_features
+
+    feats = hashed_features("Berlin", 1000)
+    assert len(feats) == N_HASHED and all(1 <= f < 1000 for f in feats)
+    assert feats == hashed_features("Berlin", 1000)  # crc32: the same in every process
+    assert feats[1:] == hashed_features("BERLIN", 1000)[1:]  # all but the cased word are lower-cased features
+    assert feats[0] != hashed_features("BERLIN", 1000)[0]
+    ex = EncodedExample([2, 10, 11, 3], [-1, 0, 1, -1], ["Berlin", "calling"])
+    short = EncodedExample([2, 12, 3], [-1, 0, -1], ["Rome"])
+    batch = Collator(0, {}, word_features=True, hash_buckets=1000)([ex, short])
+    assert batch["hash_ids"].shape == (2, 2, N_HASHED)
+    assert batch["hash_ids"][0, 0].tolist() == feats
+    assert batch["hash_ids"][1, 1].tolist() == [0] * N_HASHED  # padding word

@@ -46,30 +46,40 @@ class MTLOutput:
 
 
 class WordFeatures(nn.Module):
-    """A character CNN over each word and an embedding of its shape class, added to the word's sub-words."""
+    """Evidence about each word beyond its sub-words, added to every sub-word of the word: a character CNN, an
+    embedding of its shape class, and the sum of its hashed sparse features (word, prefixes, suffixes)."""
 
-    def __init__(self, d_model: int, char_dim: int, use_shape: bool):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
+        d, char_dim = cfg.d_model, cfg.char_embedding
         self.char_emb = nn.Embedding(N_CHAR_IDS, char_dim, padding_idx=0) if char_dim else None
         self.conv = nn.Conv1d(char_dim, 2 * char_dim, kernel_size=3, padding=1) if char_dim else None
-        self.char_proj = nn.Linear(2 * char_dim, d_model) if char_dim else None
-        self.shape_emb = nn.Embedding(len(SHAPES), d_model) if use_shape else None
+        self.char_proj = nn.Linear(2 * char_dim, d) if char_dim else None
+        self.shape_emb = nn.Embedding(len(SHAPES), d) if cfg.word_features else None
+        buckets = cfg.word_hash_buckets
+        self.hash_emb = nn.Embedding(buckets, cfg.word_hash_dim, padding_idx=0) if buckets else None
+        self.hash_proj = nn.Linear(cfg.word_hash_dim, d) if buckets else None
 
     def forward(
-        self, word_index: torch.Tensor, char_ids: torch.Tensor | None, shape_ids: torch.Tensor | None
+        self,
+        word_index: torch.Tensor,
+        char_ids: torch.Tensor | None = None,
+        shape_ids: torch.Tensor | None = None,
+        hash_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """word_index (B, T) (-1 off words); char_ids (B, W, K); shape_ids (B, W) -> (B, T, C)."""
-        out = 0.0
-        safe = word_index.clamp(min=0)
+        """word_index (B, T) (-1 off words); char_ids (B, W, K); shape_ids (B, W); hash_ids (B, W, F) -> (B, T, C)."""
+        words = 0.0
         if self.char_emb is not None:
             B, W, K = char_ids.shape
             c = self.char_emb(char_ids.view(B * W, K)).transpose(1, 2)  # (B*W, D, K)
             c = self.conv(c).masked_fill((char_ids.view(B * W, 1, K) == 0), -1e4).amax(-1)  # (B*W, 2D)
-            words = self.char_proj(F.gelu(c)).view(B, W, -1)  # (B, W, C)
-            out = out + words.gather(1, safe.unsqueeze(-1).expand(-1, -1, words.shape[-1]))
+            words = words + self.char_proj(F.gelu(c)).view(B, W, -1)  # (B, W, C)
         if self.shape_emb is not None:
-            out = out + self.shape_emb(shape_ids.gather(1, safe))
-        return out * (word_index >= 0).unsqueeze(-1)
+            words = words + self.shape_emb(shape_ids)  # (B, W, C)
+        if self.hash_emb is not None:
+            words = words + self.hash_proj(self.hash_emb(hash_ids).sum(-2))  # (B, W, C)
+        safe = word_index.clamp(min=0).unsqueeze(-1).expand(-1, -1, words.shape[-1])
+        return words.gather(1, safe) * (word_index >= 0).unsqueeze(-1)  # (B, T, C)
 
 
 class DecoderLayer(nn.Module):
@@ -114,9 +124,7 @@ class MTLDecoder(nn.Module):
         names = [t.name for t in tasks]
         self.embed = nn.Embedding(vocab_size, cfg.d_model)
         self.word_features = (
-            WordFeatures(cfg.d_model, cfg.char_embedding, cfg.word_features)
-            if cfg.char_embedding or cfg.word_features
-            else None
+            WordFeatures(cfg) if cfg.char_embedding or cfg.word_features or cfg.word_hash_buckets else None
         )
         self.drop = Dropout(cfg.dropout)
         self.rope = RotaryEmbedding(cfg.d_model // cfg.n_heads, cfg.rope_base)
@@ -189,6 +197,7 @@ class MTLDecoder(nn.Module):
         word_index: torch.Tensor | None = None,
         char_ids: torch.Tensor | None = None,
         shape_ids: torch.Tensor | None = None,
+        hash_ids: torch.Tensor | None = None,
         **unused,
     ) -> MTLOutput:
         """input_ids, attention_mask: (B, T), right-padded. labels: task -> (B, T) tags or (B,) classes, -100 =
@@ -206,7 +215,7 @@ class MTLDecoder(nn.Module):
 
         x = self.embed(input_ids)  # (B, T, C)
         if self.word_features is not None:
-            x = x + self.word_features(word_index, char_ids, shape_ids)
+            x = x + self.word_features(word_index, char_ids, shape_ids, hash_ids)
         h = self.drop(x)[layout.row_example]  # (N, T, C): each route starts from the same embedding
         mask = self._attention_mask(attention_mask)[layout.row_example]  # (N, 1, T, T)
         rope = self.rope(T)

@@ -20,7 +20,7 @@ from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import gather_object, set_seed
 
 from mtl_decoder.config import ExperimentConfig, load_config
-from mtl_decoder.data import Collator, MultiTaskBatchSampler, MultiTaskDataset
+from mtl_decoder.data import MultiTaskBatchSampler, MultiTaskDataset, collator_for, drop_words
 from mtl_decoder.errors import UserError
 from mtl_decoder.evaluation.metrics import selection_score, task_metrics
 from mtl_decoder.evaluation.scoring import gold_and_predicted, predict_examples
@@ -169,8 +169,7 @@ class Trainer:
             cfg.data.group_by_length,
             seed=cfg.training.seed,
         )
-        word_features = bool(cfg.model.char_embedding or cfg.model.word_features)
-        collate = Collator(data.encoder.pad_id, {n: t.kind for n, t in cfg.tasks.items()}, word_features)
+        collate = collator_for(cfg.model, data.encoder.pad_id, {n: t.kind for n, t in cfg.tasks.items()})
         # A private generator: each new DataLoader iterator draws a seed from it, and drawing from the global
         # RNG would shift dropout on resume (the resumed run starts one more iterator than an unbroken one).
         loader = torch.utils.data.DataLoader(
@@ -277,7 +276,9 @@ class Trainer:
     def _train_step(self, batch: dict[str, Any]) -> bool:
         acc, cfg = self.accelerator, self.cfg
         if cfg.data.word_dropout:
-            self._drop_words(batch)
+            batch["input_ids"] = drop_words(
+                batch["input_ids"], batch["word_index"], cfg.data.word_dropout, self.data.encoder.unk_id
+            )
         with acc.accumulate(self.model):
             out = self.model(**batch)
             values = self._reduce_losses(out.losses)
@@ -318,17 +319,6 @@ class Trainer:
             if count:
                 out[name] = value / count
         return out
-
-    def _drop_words(self, batch: dict[str, Any]) -> None:
-        """Word dropout: every sub-word of a dropped word becomes [UNK] (labels kept). Uses the torch RNG in
-        step order, so a resumed run draws exactly what an uninterrupted one would."""
-        word_index = batch["word_index"]
-        W = int(word_index.max()) + 1
-        if W <= 0:
-            return
-        dropped = torch.rand(word_index.shape[0], W, device=word_index.device) < self.cfg.data.word_dropout
-        hit = (word_index >= 0) & dropped.gather(1, word_index.clamp(min=0))
-        batch["input_ids"] = batch["input_ids"].masked_fill(hit, self.data.encoder.unk_id)
 
     # ------------------------------------------------------------------------------------------------ validation
 
