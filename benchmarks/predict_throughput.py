@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from mtl_decoder.config import TAGGING, load_config
-from mtl_decoder.data import Collator, EncodedExample
+from mtl_decoder.data import EncodedExample, collator_for
 from mtl_decoder.iob import sort_tag_labels
 from mtl_decoder.prediction import predict_file, predict_texts
 from mtl_decoder.pretrained import Pretrained, build_model
@@ -78,7 +78,7 @@ def naive_predict(pretrained: Pretrained, items: list[str | list[str]]) -> list[
     label. Returns (task -> tags, task -> label) per sentence."""
     model, encoder = pretrained.model, pretrained.encoder
     cfg = model.cfg
-    collate = Collator(encoder.pad_id, {}, word_features=bool(cfg.char_embedding or cfg.word_features))
+    collate = collator_for(cfg, encoder.pad_id, {})
     tasks = model.task_names
     results = []
     for item in items:

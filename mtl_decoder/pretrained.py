@@ -83,7 +83,14 @@ def save_pretrained(
     return directory
 
 
+def default_device() -> torch.device:
+    """The machine's accelerator (CUDA, XPU, MPS, ...) when it has one, else the CPU."""
+    found = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
+    return found if found is not None else torch.device("cpu")
+
+
 def load_pretrained(directory: str | Path, device: torch.device | str | None = None) -> Pretrained:
+    """A saved model directory, ready to predict, on ``device`` (default: the machine's accelerator, if any)."""
     directory = Path(directory)
     for name in (CONFIG_FILE, WEIGHTS_FILE, LABELS_FILE):
         if not (directory / name).is_file():
@@ -100,6 +107,5 @@ def load_pretrained(directory: str | Path, device: torch.device | str | None = N
             f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
         )
     model.eval()
-    if device is not None:
-        model.to(device)
+    model.to(device if device is not None else default_device())
     return Pretrained(model, encoder, config, label_sets, directory)

@@ -71,8 +71,6 @@ def evaluate(
     ``batch_size``: default the run's data.eval_batch_size, the size training-time validation used.
     ``device``: default CUDA when available, else the CPU.
     """
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     if split not in SPLITS:
         raise UserError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)}){did_you_mean(split, SPLITS)}")
     if batch_size is not None and batch_size <= 0:

@@ -86,7 +86,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, tasks: list[str], is_last: bool):
         super().__init__()
         self.attn_norm = make_norm(cfg.norm, cfg.d_model)
-        self.attn = SelfAttention(cfg.d_model, cfg.n_heads)
+        self.attn = SelfAttention(cfg.d_model, cfg.n_heads, causal=cfg.attention == "causal")
         self.ffn_norm = make_norm(cfg.norm, cfg.d_model)
         if cfg.ffn == "mlp":
             self.ffn = SwiGLU(cfg.d_model, cfg.mlp_width)
@@ -104,10 +104,15 @@ class DecoderLayer(nn.Module):
         self.dropout = Dropout(cfg.dropout)
 
     def forward(
-        self, h: torch.Tensor, mask: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], layout: RouteLayout
+        self, h: torch.Tensor, mask: torch.Tensor | None, rope: torch.Tensor, layout: RouteLayout
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self.feed_forward(self.attend(h, mask, rope), layout)
+
+    def attend(self, h: torch.Tensor, mask: torch.Tensor | None, rope: torch.Tensor) -> torch.Tensor:
+        return h + self.dropout(self.attn(self.attn_norm(h), mask, rope))
+
+    def feed_forward(self, h: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         N, T, C = h.shape
-        h = h + self.dropout(self.attn(self.attn_norm(h), mask, rope))
         x = self.ffn_norm(h.view(N * T, C)[layout.token_index])  # (M, C): real tokens only, grouped by route
         if isinstance(self.ffn, SwiGLU):
             out, gates = self.ffn(x), {}
@@ -216,12 +221,16 @@ class MTLDecoder(nn.Module):
         x = self.embed(input_ids)  # (B, T, C)
         if self.word_features is not None:
             x = x + self.word_features(word_index, char_ids, shape_ids, hash_ids)
-        h = self.drop(x)[layout.row_example]  # (N, T, C): each route starts from the same embedding
-        mask = self._attention_mask(attention_mask)[layout.row_example]  # (N, 1, T, T)
         rope = self.rope(T)
+        # Every route of an example starts from the same embedding, so the first attention sub-layer is the
+        # same on all of them: run it once per example, then give each route its own copy (its own row).
+        everyone = torch.arange(B, device=input_ids.device)
+        h = self.layers[0].attend(self.drop(x), self._attention_mask(attention_mask, everyone), rope)  # (B, T, C)
+        h = h[layout.row_example]  # (N, T, C)
+        mask = self._attention_mask(attention_mask, layout.row_example)
         gates = []
-        for layer in self.layers:
-            h, layer_gates = layer(h, mask, rope, layout)
+        for i, layer in enumerate(self.layers):
+            h, layer_gates = layer.feed_forward(h, layout) if i == 0 else layer(h, mask, rope, layout)
             gates.append(layer_gates)
 
         out = MTLOutput(logits={}, examples={}, gates=gates, layout=layout)
@@ -244,14 +253,12 @@ class MTLDecoder(nn.Module):
             out.loss = torch.stack(list(out.losses.values())).sum()
         return out
 
-    def _attention_mask(self, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(B, 1, T, T) boolean: True = may attend. Keys that are padding are hidden from every query."""
-        T = attention_mask.shape[1]
-        mask = attention_mask[:, None, None, :]  # (B, 1, 1, T)
+    def _attention_mask(self, attention_mask: torch.Tensor, row_example: torch.Tensor) -> torch.Tensor | None:
+        """Bidirectional: a (N, 1, 1, T) key mask (padding hidden from every query). Causal: None, and attention
+        runs with is_causal; rows are right-padded, so no real token ever sees a pad key anyway."""
         if self.cfg.attention == "causal":
-            causal = torch.ones(T, T, dtype=torch.bool, device=attention_mask.device).tril()
-            mask = mask & causal
-        return mask.expand(-1, 1, T, T)
+            return None
+        return attention_mask[row_example][:, None, None, :]
 
     def _pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         if self.cfg.attention == "causal":  # only the last real token has read the whole sentence

@@ -233,8 +233,6 @@ def resolve_tasks(pretrained: Pretrained, tasks: str | Sequence[str] | None) -> 
 def _load(model: Pretrained | str | Path, device: str | torch.device | None) -> Pretrained:
     if isinstance(model, Pretrained):
         return model
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     return load_pretrained(model, device)
 
 

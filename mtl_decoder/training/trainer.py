@@ -25,11 +25,12 @@ from mtl_decoder.errors import UserError
 from mtl_decoder.evaluation.metrics import selection_score, task_metrics
 from mtl_decoder.evaluation.scoring import gold_and_predicted, predict_examples
 from mtl_decoder.inference import Predictor
-from mtl_decoder.pretrained import CONFIG_FILE, LABELS_FILE, build_model, save_pretrained
+from mtl_decoder.pretrained import CONFIG_FILE, LABELS_FILE, build_model, default_device, save_pretrained
 from mtl_decoder.tokenization import TextEncoder
 from mtl_decoder.training.balancing import LossBalancer
 from mtl_decoder.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from mtl_decoder.training.logging import RunLogger
+from mtl_decoder.training.memory import keep_freed_memory
 from mtl_decoder.training.setup import (
     RunData,
     encode_sources,
@@ -45,8 +46,7 @@ def _multi_process_cpu() -> bool:
     """Accelerate forms a gloo group for several CPU processes (torchrun, accelerate launch) only when told it
     runs on CPU; on a machine with an accelerator the launcher's device wins."""
     several = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    has_accelerator = torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
-    return several and not has_accelerator
+    return several and default_device().type == "cpu"
 
 
 class NonFiniteLoss(UserError):
@@ -105,6 +105,7 @@ class Trainer:
             project_dir=str(self.run_dir),
         )
         self.resume_from = self._resume_path(resume)
+        keep_freed_memory()  # large gradient tensors are allocated afresh every step
         set_seed(tcfg.seed)
         self.data = self._setup_data()  # first: bad data fails before anything is written
         self.log = RunLogger(self.accelerator, self.run_dir, config, progress=tcfg.progress)

@@ -103,14 +103,14 @@ def test_ple_shared_route_feeds_next_layer():
     ids, mask = batch["input_ids"], batch["attention_mask"]
 
     def forward(bump: float, route: str = SHARED):
-        def hook(_m, _a, out):
-            h, gates = out
+        def hook(_m, args):  # layer 0's output is layer 1's input
+            h, *rest = args
             rows = model.route_layout(mask, model.task_names, None).rows(route)
             h = h.clone()
             h[rows] += bump
-            return h, gates
+            return (h, *rest)
 
-        handle = model.layers[0].register_forward_hook(hook)
+        handle = model.layers[1].register_forward_pre_hook(hook)
         with torch.no_grad():
             out = model(ids, mask, tasks=["ner"])
         handle.remove()
