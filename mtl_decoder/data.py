@@ -6,6 +6,7 @@ processes and ``skip_first_batches`` can resume mid-epoch; it is deterministic g
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,17 +149,25 @@ def drop_words(input_ids: torch.Tensor, word_index: torch.Tensor, p: float, unk_
     return input_ids.masked_fill(hit, unk_id)
 
 
+@functools.lru_cache(maxsize=1 << 18)
+def word_feature_row(word: str, hash_buckets: int) -> tuple[list[int], int, list[int]]:
+    """(character ids padded to MAX_WORD_CHARS, shape class, hashed features) of a word; cached, since the same
+    words come back batch after batch (the caller must not modify the lists)."""
+    chars = char_ids(word)
+    hashed = hashed_features(word, hash_buckets) if hash_buckets else []
+    return chars + [0] * (MAX_WORD_CHARS - len(chars)), shape_id(word), hashed
+
+
 class Collator:
     """Pads a list of encoded examples into the model's batch: ids, masks, word features and labels.
 
     ``word_features``: add per-word character ids and shape classes; ``hash_buckets``: also the hashed sparse
-    features of each word (0 = off). Features are computed once per distinct word and cached.
+    features of each word (0 = off). Features are computed once per distinct word (``word_feature_row``).
     """
 
     def __init__(self, pad_id: int, task_kinds: dict[str, str], word_features: bool = False, hash_buckets: int = 0):
         self.pad_id, self.task_kinds = pad_id, task_kinds
         self.word_features, self.hash_buckets = word_features, hash_buckets
-        self._cache: dict[str, tuple[list[int], int, list[int]]] = {}
 
     def __call__(self, examples: list[EncodedExample]) -> dict[str, Any]:
         B, T = len(examples), max(len(ex.ids) for ex in examples)
@@ -193,24 +202,13 @@ class Collator:
             labels[task] = out
         return labels
 
-    def _features_of(self, word: str) -> tuple[list[int], int, list[int]]:
-        found = self._cache.get(word)
-        if found is None:
-            chars = char_ids(word)
-            chars = chars + [0] * (MAX_WORD_CHARS - len(chars))
-            hashed = hashed_features(word, self.hash_buckets) if self.hash_buckets else []
-            found = (chars, shape_id(word), hashed)
-            if len(self._cache) < 500_000:
-                self._cache[word] = found
-        return found
-
     def _word_features(self, examples: list[EncodedExample], W: int) -> dict[str, torch.Tensor]:
         """(B, W, K) character ids, (B, W) shape classes and (B, W, N_HASHED) hashed features of the kept words."""
         none = ([0] * MAX_WORD_CHARS, 0, [0] * N_HASHED)
         rows = []
         for ex in examples:
             kept = max(ex.word_index, default=-1) + 1
-            rows.append([self._features_of(w) for w in ex.words[:kept]] + [none] * (W - kept))
+            rows.append([word_feature_row(w, self.hash_buckets) for w in ex.words[:kept]] + [none] * (W - kept))
         out = {
             "char_ids": torch.tensor([[f[0] for f in row] for row in rows], dtype=torch.long),
             "shape_ids": torch.tensor([[f[1] for f in row] for row in rows], dtype=torch.long),
