@@ -38,6 +38,12 @@ MODELS: dict[str, tuple[str, list[str], str]] = {
     "semeval_ple": ("semeval_ple.yaml", [], "PLE on SemEval-14 aspects + polarity (one example, two labels)"),
     "semeval_single_aspect": ("semeval_single_aspect.yaml", [], "the PLE trunk, SemEval aspects only"),
     "semeval_single_polarity": ("semeval_single_polarity.yaml", [], "the PLE trunk, SemEval polarity only"),
+    # ablations of the default (not run by default): what each choice buys
+    "ple_causal": ("ple.yaml", ["model.attention=causal"], "PLE with causal (decoder) attention"),
+    "ple_softmax": ("ple.yaml", ["model.tagging_decoder=softmax"], "PLE, per-token softmax instead of the CRF"),
+    "ple_subwords_only": ("ple.yaml", ["model.char_embedding=0", "model.word_features=false",
+                                       "model.word_hash_buckets=0"], "PLE on sub-words only (no word features)"),
+    "ple_equal": ("ple.yaml", ["balancing.method=equal"], "PLE with equal loss weights instead of EMA"),
 }
 DEFAULT = [
     "ple",

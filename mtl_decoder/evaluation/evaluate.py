@@ -69,7 +69,7 @@ def evaluate(
     ``tasks``: names (or a comma string) to evaluate; default all, or with ``data`` the tasks it names.
     ``data``: task -> file (or "TASK=PATH" strings) read with the task's own columns instead of its split.
     ``batch_size``: default the run's data.eval_batch_size, the size training-time validation used.
-    ``device``: default CUDA when available, else the CPU.
+    ``device``: default the machine's accelerator when it has one, else the CPU.
     """
     if split not in SPLITS:
         raise UserError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)}){did_you_mean(split, SPLITS)}")

@@ -5,6 +5,7 @@ with per-task losses and balancing weights, ``metrics.jsonl`` (always) and Accel
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,46 @@ from tqdm.auto import tqdm
 from mtl_decoder.config import ExperimentConfig
 
 METRICS_FILE = "metrics.jsonl"
+
+
+def start_banner(
+    cfg: ExperimentConfig,
+    data_report: list[str],
+    label_sets: dict[str, list[str]],
+    parameters: int,
+    accelerator: Accelerator,
+    total_steps: int,
+    steps_per_epoch: int,
+) -> list[str]:
+    """What a run is about to do: model, device and precision, steps, data per source, tasks, gates, balancing."""
+    m = cfg.model
+    lines = [
+        f"mtl-decoder: {parameters:,} parameters, ffn={m.ffn}, attention={m.attention}, {m.n_layers} layers x "
+        f"d_model {m.d_model}",
+        f"device: {accelerator.device.type} x {accelerator.num_processes} process(es), precision: "
+        f"{cfg.training.mixed_precision}",
+        f"steps: {total_steps} ({steps_per_epoch}/epoch, batch {cfg.data.batch_size} per process)",
+        *data_report,
+    ]
+    for name, task in cfg.tasks.items():
+        lines.append(f"task {name} ({task.kind}): {len(label_sets[name])} labels, primary metric {task.primary_metric}")
+    if m.ffn in ("ple", "cgc"):
+        p, n_own = m.initial_shared_weight, m.n_task_experts
+        bias = math.log(p * n_own / ((1 - p) * m.n_shared_experts))
+        line = f"gate bias init: shared-expert logits {bias:+.3f} -> task gates put {p:.0%} on the shared experts"
+        if m.ffn == "ple":
+            shared = math.log(p * n_own * len(cfg.tasks) / ((1 - p) * m.n_shared_experts))
+            line += f" (shared gate: {shared:+.3f}, also {p:.0%})"
+        lines.append(line)
+    guards = [
+        f"{k} {v}"
+        for k, v in (("min_weight", cfg.balancing.min_weight), ("max_weight", cfg.balancing.max_weight))
+        if v is not None
+    ]
+    lines.append(
+        f"balancing: {cfg.balancing.method}, scale {cfg.balancing.scale}" + (f", {', '.join(guards)}" if guards else "")
+    )
+    return lines
 
 
 class _NoBar:

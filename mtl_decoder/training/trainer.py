@@ -29,7 +29,7 @@ from mtl_decoder.pretrained import CONFIG_FILE, LABELS_FILE, build_model, defaul
 from mtl_decoder.tokenization import TextEncoder
 from mtl_decoder.training.balancing import LossBalancer
 from mtl_decoder.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
-from mtl_decoder.training.logging import RunLogger
+from mtl_decoder.training.logging import RunLogger, start_banner
 from mtl_decoder.training.memory import keep_freed_memory
 from mtl_decoder.training.setup import (
     RunData,
@@ -193,7 +193,18 @@ class Trainer:
     # ------------------------------------------------------------------------------------------------ train
 
     def fit(self) -> TrainResult:
-        self.log.banner(self._banner())
+        model = self.accelerator.unwrap_model(self.model)
+        self.log.banner(
+            start_banner(
+                self.cfg,
+                self.data.report,
+                self.data.label_sets,
+                model.num_parameters(),
+                self.accelerator,
+                self.total_steps,
+                self.steps_per_epoch,
+            )
+        )
         st = self.state
         patience = self.cfg.training.patience
         self.stop_reason = "early_stopping" if patience and st["bad_validations"] >= patience else "done"
@@ -374,29 +385,6 @@ class Trainer:
         st["validation_seconds"] += time.perf_counter() - started
         state = {**st, "balancer": self.balancer.state(), "scheduler": self.scheduler.state_dict()}
         save_checkpoint(acc, self.run_dir / "checkpoints", st["step"], state, self.cfg.training.keep_checkpoints)
-
-    # ------------------------------------------------------------------------------------------------ report
-
-    def _banner(self) -> list[str]:
-        model = self.accelerator.unwrap_model(self.model)
-        mcfg, acc = self.cfg.model, self.accelerator
-        lines = [
-            f"mtl-decoder: {model.num_parameters():,} parameters, ffn={mcfg.ffn}, attention={mcfg.attention}, "
-            f"{mcfg.n_layers} layers x d_model {mcfg.d_model}",
-            f"device: {acc.device.type} x {acc.num_processes} process(es), "
-            f"precision: {self.cfg.training.mixed_precision}",
-            f"steps: {self.total_steps} ({self.steps_per_epoch}/epoch, batch {self.cfg.data.batch_size} per process)",
-            *self.data.report,
-        ]
-        for name, task in self.cfg.tasks.items():
-            lines.append(
-                f"task {name} ({task.kind}): {len(self.data.label_sets[name])} labels, primary metric "
-                f"{task.primary_metric}"
-            )
-        if mcfg.ffn in ("ple", "cgc"):
-            lines.append(f"gates start with {mcfg.initial_shared_weight:.0%} of their weight on the shared experts")
-        lines.append(f"balancing: {self.cfg.balancing.method} (scale {self.cfg.balancing.scale})")
-        return lines
 
     def cleanup(self) -> None:
         self.log.close()
