@@ -54,29 +54,22 @@ class CRF(nn.Module):
 
     @torch.no_grad()
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
-        """Viterbi: the best tag sequence of each (prefix-masked) sequence."""
+        """Viterbi: the best tag sequence of each (prefix-masked) sequence, all rows at once."""
         emissions = emissions.float()
         start, trans = self._scores()
-        n, W, _ = emissions.shape
-        score = start + emissions[:, 0]
-        history = []
+        n, W, L = emissions.shape
+        identity = torch.arange(L, device=emissions.device).expand(n, L)
+        score = start + emissions[:, 0]  # (n, L)
+        history = []  # step w: the best tag at w-1 for each tag at w (identity past a row's end)
         for w in range(1, W):
-            best, idx = (score.unsqueeze(2) + trans).max(dim=1)  # (n, L) best previous tag for each tag
-            step = best + emissions[:, w]
+            best, idx = (score.unsqueeze(2) + trans).max(dim=1)  # (n, L)
             keep = mask[:, w].unsqueeze(1)
-            score = torch.where(keep, step, score)
-            history.append(idx)
-        score = score + self.end
-        lengths = mask.sum(1).tolist()
-        paths = []
-        for i in range(n):
-            if lengths[i] == 0:  # a row with no words (e.g. every word cut by truncation) has no tags
-                paths.append([])
-                continue
-            tag = int(score[i].argmax())
-            path = [tag]
-            for w in range(lengths[i] - 1, 0, -1):
-                tag = int(history[w - 1][i, tag])
-                path.append(tag)
-            paths.append(path[::-1])
-        return paths
+            score = torch.where(keep, best + emissions[:, w], score)
+            history.append(torch.where(keep, idx, identity))
+        tag = (score + self.end).argmax(dim=1)  # (n,): the last tag of every row (held constant past its end)
+        tags = [tag]
+        for idx in reversed(history):
+            tag = idx.gather(1, tag.unsqueeze(1)).squeeze(1)
+            tags.append(tag)
+        paths = torch.stack(tags[::-1], dim=1).tolist()  # (n, W)
+        return [path[:length] for path, length in zip(paths, mask.sum(1).tolist(), strict=True)]

@@ -67,17 +67,25 @@ class WordFeatures(nn.Module):
         shape_ids: torch.Tensor | None = None,
         hash_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """word_index (B, T) (-1 off words); char_ids (B, W, K); shape_ids (B, W); hash_ids (B, W, F) -> (B, T, C)."""
-        words = 0.0
+        """word_index (B, T) (-1 off words); char_ids (B, W, K); shape_ids (B, W); hash_ids (B, W, F) -> (B, T, C).
+
+        Only the real words are computed: a batch's (B, W) grid is mostly padding (70% in a CoNLL + SST-2 batch).
+        """
+        given = next(t for t in (char_ids, shape_ids, hash_ids) if t is not None)
+        B, W = given.shape[:2]
+        kept = word_index.max(dim=1).values + 1  # (B,): words are numbered 0..kept-1
+        slots = (torch.arange(W, device=word_index.device) < kept.unsqueeze(1)).flatten().nonzero().squeeze(1)
+        vectors = 0.0
         if self.char_emb is not None:
-            B, W, K = char_ids.shape
-            c = self.char_emb(char_ids.view(B * W, K)).transpose(1, 2)  # (B*W, D, K)
-            c = self.conv(c).masked_fill((char_ids.view(B * W, 1, K) == 0), -1e4).amax(-1)  # (B*W, 2D)
-            words = words + self.char_proj(F.gelu(c)).view(B, W, -1)  # (B, W, C)
+            chars = char_ids.view(B * W, -1)[slots]  # (V, K)
+            c = self.conv(self.char_emb(chars).transpose(1, 2))  # (V, 2D, K)
+            c = c.masked_fill(chars.unsqueeze(1) == 0, -1e4).amax(-1)  # (V, 2D): max over the word's characters
+            vectors = vectors + self.char_proj(F.gelu(c))  # (V, C)
         if self.shape_emb is not None:
-            words = words + self.shape_emb(shape_ids)  # (B, W, C)
+            vectors = vectors + self.shape_emb(shape_ids.view(-1)[slots])
         if self.hash_emb is not None:
-            words = words + self.hash_proj(self.hash_emb(hash_ids).sum(-2))  # (B, W, C)
+            vectors = vectors + self.hash_proj(self.hash_emb(hash_ids.view(B * W, -1)[slots]).sum(-2))
+        words = vectors.new_zeros(B * W, vectors.shape[-1]).index_copy(0, slots, vectors).view(B, W, -1)
         safe = word_index.clamp(min=0).unsqueeze(-1).expand(-1, -1, words.shape[-1])
         return words.gather(1, safe) * (word_index >= 0).unsqueeze(-1)  # (B, T, C)
 
