@@ -4,7 +4,7 @@
 
 Data: CoNLL-2003 test sentences (token lists) and SST-2 test sentences (raw texts), shuffled together with a
 fixed seed, the first --sentences of them. Model: the model section of configs/demo.yaml, built untrained, with
-a WordPiece tokenizer (the demo's tokenizer settings) trained in seconds on the same sentences. Training is not
+the demo's tokenizer settings (BPE, 8k), trained in seconds on the same sentences. Training is not
 needed to measure speed: the work per sentence does not depend on the weights.
 
 - batched: ``predict_file`` on a JSON-lines file of the sentences (read, batch by length, predict every task,

@@ -41,8 +41,11 @@ MODELS: dict[str, tuple[str, list[str], str]] = {
     # ablations of the default (not run by default): what each choice buys
     "ple_causal": ("ple.yaml", ["model.attention=causal"], "PLE with causal (decoder) attention"),
     "ple_softmax": ("ple.yaml", ["model.tagging_decoder=softmax"], "PLE, per-token softmax instead of the CRF"),
-    "ple_subwords_only": ("ple.yaml", ["model.char_embedding=0", "model.word_features=false",
-                                       "model.word_hash_buckets=0"], "PLE on sub-words only (no word features)"),
+    "ple_subwords_only": (
+        "ple.yaml",
+        ["model.char_embedding=0", "model.word_features=false", "model.word_hash_buckets=0"],
+        "PLE on sub-words only (no word features)",
+    ),
     "ple_equal": ("ple.yaml", ["balancing.method=equal"], "PLE with equal loss weights instead of EMA"),
 }
 DEFAULT = [
@@ -155,6 +158,27 @@ def _headline(metrics: dict) -> dict:
     return {k: metrics[k] for k in keys if k in metrics}
 
 
+SINGLE_PAIRS = {  # the row that compares with a multi-task model: its single-task models side by side
+    "single_conll2003 + single_sst2": ("single_conll2003", "single_sst2"),
+    "semeval_single_aspect + semeval_single_polarity": ("semeval_single_aspect", "semeval_single_polarity"),
+}
+
+
+def single_pairs(results: dict) -> dict:
+    """One combined row per pair of finished single-task runs: each task's metrics from its own model."""
+    rows = {}
+    for row, (a, b) in SINGLE_PAIRS.items():
+        if a in results and b in results:
+            first, second = results[a]["metrics"], results[b]["metrics"]
+            metrics = {split: {**first[split], **second[split]} for split in ("validation", "test")}
+            rows[row] = {
+                "metrics": metrics,
+                "train_minutes": results[a]["train_minutes"] + results[b]["train_minutes"],
+                "parameters": results[a]["parameters"] + results[b]["parameters"],
+            }
+    return rows
+
+
 PRIMARY = {"conll2003": "f1", "sst2": "accuracy", "semeval14_aspect": "f1", "semeval14_polarity": "accuracy"}
 
 
@@ -170,6 +194,8 @@ def table(results: dict) -> str:
         return f"{sum(values) / len(values):.3f}" if values else "–"
 
     def common(run: dict) -> list[str]:
+        if "tokens_per_s" not in run:  # a pair of single-task models: total time and parameters only
+            return [f"{run['train_minutes']:.1f}", "–", f"{run['parameters'] / 1e6:.1f}M", "–"]
         return [
             f"{run['train_minutes']:.1f}",
             f"{run['tokens_per_s']:,.0f}",
@@ -178,17 +204,23 @@ def table(results: dict) -> str:
         ]
 
     lines = [
-        "| model | CoNLL test F1 | CoNLL test F1 (strict) | SST-2 val acc | SST-2 val macro-F1 | SST-2 test acc "
-        "| SST-2 test macro-F1 | train min | tokens/s | params | peak mem | mean primary (test) |",
-        "|" + " --- |" * 12,
+        "| model | CoNLL val F1 | CoNLL test F1 | CoNLL test F1 (strict) | SST-2 val acc | SST-2 val macro-F1 "
+        "| SST-2 test acc | SST-2 test macro-F1 | train min | tokens/s | params | peak mem | mean primary (test) |",
+        "|" + " --- |" * 13,
     ]
-    for name in [n for n in MODELS if n in results and not n.startswith("semeval")]:
+    pairs = single_pairs(results)
+    order = []  # the models in MODELS order, each pair of single-task models followed by its combined row
+    for name in [n for n in MODELS if n in results]:
+        order += [name, *[row for row, (_, last) in SINGLE_PAIRS.items() if last == name and row in pairs]]
+    results = {**results, **pairs}
+    for name in [n for n in order if not n.startswith("semeval")]:
         run = results[name]
         lines.append(
             "| "
             + " | ".join(
                 [
                     name,
+                    cell(run, "validation", "conll2003", "f1"),
                     cell(run, "test", "conll2003", "f1"),
                     cell(run, "test", "conll2003", "f1_strict"),
                     cell(run, "validation", "sst2", "accuracy"),
@@ -201,7 +233,7 @@ def table(results: dict) -> str:
             )
             + " |"
         )
-    semeval = [n for n in MODELS if n in results and n.startswith("semeval")]
+    semeval = [n for n in order if n.startswith("semeval")]
     if semeval:
         lines += [
             "",

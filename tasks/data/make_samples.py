@@ -20,8 +20,9 @@ def sample(src: Path, dst: Path, size: int, seed: int) -> int:
     lines = [line for line in src.read_text(encoding="utf-8").splitlines() if line.strip()]
     rng = random.Random(seed)
     picked = sorted(rng.sample(range(len(lines)), min(size, len(lines))))
-    dst.write_text("".join(json.dumps(json.loads(lines[i]), ensure_ascii=False) + "\n" for i in picked),
-                   encoding="utf-8")
+    dst.write_text(
+        "".join(json.dumps(json.loads(lines[i]), ensure_ascii=False) + "\n" for i in picked), encoding="utf-8"
+    )
     return len(picked)
 
 
