@@ -170,15 +170,12 @@ class Collator:
         self.word_features, self.hash_buckets = word_features, hash_buckets
 
     def __call__(self, examples: list[EncodedExample]) -> dict[str, Any]:
-        B, T = len(examples), max(len(ex.ids) for ex in examples)
-        input_ids = torch.full((B, T), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros(B, T, dtype=torch.bool)
-        word_index = torch.full((B, T), -1, dtype=torch.long)
-        for i, ex in enumerate(examples):
-            n = len(ex.ids)
-            input_ids[i, :n] = torch.tensor(ex.ids)
-            attention_mask[i, :n] = True
-            word_index[i, :n] = torch.tensor(ex.word_index)
+        T = max(len(ex.ids) for ex in examples)
+        # one tensor from padded lists: far cheaper than a small tensor per example
+        input_ids = torch.tensor([[*ex.ids, *[self.pad_id] * (T - len(ex.ids))] for ex in examples], dtype=torch.long)
+        word_index = torch.tensor([[*ex.word_index, *[-1] * (T - len(ex.ids))] for ex in examples], dtype=torch.long)
+        lengths = torch.tensor([len(ex.ids) for ex in examples])
+        attention_mask = torch.arange(T) < lengths[:, None]  # (B, T)
         batch: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask, "word_index": word_index}
         labels = self._labels(examples, T)
         if labels:
@@ -193,10 +190,8 @@ class Collator:
             if not any(task in ex.labels for ex in examples):
                 continue
             if kind == TAGGING:
-                out = torch.full((len(examples), T), -100, dtype=torch.long)
-                for i, ex in enumerate(examples):
-                    if task in ex.labels:
-                        out[i, : len(ex.ids)] = torch.tensor(ex.labels[task])
+                rows = [ex.labels.get(task, []) for ex in examples]
+                out = torch.tensor([[*row, *[-100] * (T - len(row))] for row in rows], dtype=torch.long)
             else:
                 out = torch.tensor([ex.labels.get(task, -100) for ex in examples], dtype=torch.long)
             labels[task] = out

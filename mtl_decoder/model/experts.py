@@ -115,12 +115,12 @@ class Gate(nn.Module):
 
 def mix(weights: torch.Tensor, outputs: list[torch.Tensor]) -> torch.Tensor:
     """sum_e weights[:, e] * expert_e, where ``outputs`` are (E_i, M, C) pieces in the gate's expert order."""
-    total, start = None, 0
+    total, e = None, 0
     for y in outputs:
-        w = weights[:, start : start + y.shape[0]].to(y.dtype).t().unsqueeze(-1)  # (E_i, M, 1)
-        part = (w * y).sum(0)  # (M, C)
-        total = part if total is None else total + part
-        start += y.shape[0]
+        for y_e in y:  # one fused multiply-add per expert: no (E_i, M, C) temporary
+            w = weights[:, e : e + 1].to(y.dtype)  # (M, 1)
+            total = w * y_e if total is None else torch.addcmul(total, w, y_e)
+            e += 1
     return total
 
 
