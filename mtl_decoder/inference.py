@@ -79,7 +79,7 @@ class Predictor:
             yield from self._predict_chunk(buffer, tasks, on_batch)
 
     def _predict_chunk(self, items: list, tasks: list[str], on_batch) -> list[Prediction]:
-        encoded = [self.encoder.encode_text(x) if isinstance(x, str) else self.encoder.encode_words(x) for x in items]
+        encoded = self.encoder.encode_batch(items)
         preds = [Prediction(e.words, e.spans) for e in encoded]
         pieces: list[_Piece] = []
         tagging = [t for t in tasks if self.kinds[t] == TAGGING]

@@ -103,7 +103,25 @@ class TextEncoder:
         self.vocab_size = tokenizer.get_vocab_size()
 
     def encode_words(self, words: list[str]) -> Encoded:
-        enc = self.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False)
+        return self._from_words(words, self.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False))
+
+    def encode_text(self, text: str) -> Encoded:
+        return self._from_text(text, self.tokenizer.encode(text, add_special_tokens=False))
+
+    def encode_batch(self, items: list[list[str] | str]) -> list[Encoded]:
+        """``encode_words``/``encode_text`` of each item, the tokenizer running over the whole list at once."""
+        texts = [i for i, item in enumerate(items) if isinstance(item, str)]
+        lists = [i for i, item in enumerate(items) if not isinstance(item, str)]
+        out: list[Encoded | None] = [None] * len(items)
+        raw = self.tokenizer.encode_batch([items[i] for i in texts], add_special_tokens=False)
+        for i, enc in zip(texts, raw, strict=True):
+            out[i] = self._from_text(items[i], enc)
+        raw = self.tokenizer.encode_batch([items[i] for i in lists], is_pretokenized=True, add_special_tokens=False)
+        for i, enc in zip(lists, raw, strict=True):
+            out[i] = self._from_words(items[i], enc)
+        return out  # type: ignore[return-value]
+
+    def _from_words(self, words: list[str], enc) -> Encoded:
         covered = set(enc.word_ids)
         if len(covered) < len(words):  # a word the normalizer erased entirely (e.g. U+200B): make it [UNK]
             unk = self.tokenizer.id_to_token(self.unk_id)
@@ -111,8 +129,7 @@ class TextEncoder:
             enc = self.tokenizer.encode(fixed, is_pretokenized=True, add_special_tokens=False)
         return self._finish(enc, words, None)
 
-    def encode_text(self, text: str) -> Encoded:
-        enc = self.tokenizer.encode(text, add_special_tokens=False)
+    def _from_text(self, text: str, enc) -> Encoded:
         spans: list[tuple[int, int]] = []
         number: dict[int, int] = {}  # the pre-tokenizer's word id -> our word number (ids may skip one)
         for word, (start, end) in zip(enc.word_ids, enc.offsets, strict=True):

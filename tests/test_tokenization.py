@@ -110,3 +110,12 @@ def test_bpe_training_is_deterministic():
     first, second = train_tokenizer(SENTENCES, cfg), train_tokenizer(SENTENCES, cfg)
     assert first.get_vocab() == second.get_vocab()
     assert first.encode(WORDS, is_pretokenized=True).ids == second.encode(WORDS, is_pretokenized=True).ids
+
+
+def test_encode_batch_equals_one_at_a_time(encoder):
+    long_words = ["Xqzvwk-Blorft"] * 40  # truncated at max_length 64
+    items = [WORDS, "Café au lait in Zürich, twice: Zürich!", long_words, "naïve résumé", ["a", "Ünïcödé", "."]]
+    assert encoder.encode_batch(items) == [
+        encoder.encode_text(x) if isinstance(x, str) else encoder.encode_words(x) for x in items
+    ]
+    assert encoder.encode_batch([]) == []
