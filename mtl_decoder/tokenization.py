@@ -6,7 +6,7 @@ tokenizer (a fast one: its ``tokenizers`` backend is used) can be loaded instead
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,10 +160,6 @@ class TextEncoder:
             word_index = [-1 if w is None else number[w] for w in enc.word_ids]
         kept = max(word_index, default=-1) + 1
         return Encoded(list(enc.ids), word_index, words, spans, kept)
-
-    def encode_many(self, items: Iterable[list[str] | str]) -> Iterator[Encoded]:
-        for item in items:
-            yield self.encode_text(item) if isinstance(item, str) else self.encode_words(item)
 
     def save(self, directory: str | Path) -> None:
         self.tokenizer.save(str(Path(directory) / TOKENIZER_FILE))
