@@ -158,6 +158,21 @@ def _headline(metrics: dict) -> dict:
     return {k: metrics[k] for k in keys if k in metrics}
 
 
+CONLL_SST2_COLUMNS = [  # (title, (split, task, metric))
+    ("CoNLL val F1", ("validation", "conll2003", "f1")),
+    ("CoNLL test F1", ("test", "conll2003", "f1")),
+    ("CoNLL test F1 (strict)", ("test", "conll2003", "f1_strict")),
+    ("SST-2 val acc", ("validation", "sst2", "accuracy")),
+    ("SST-2 val macro-F1", ("validation", "sst2", "macro_f1")),
+    ("SST-2 test acc", ("test", "sst2", "accuracy")),
+    ("SST-2 test macro-F1", ("test", "sst2", "macro_f1")),
+]
+SEMEVAL_COLUMNS = [
+    ("aspect test F1", ("test", "semeval14_aspect", "f1")),
+    ("aspect test F1 (strict)", ("test", "semeval14_aspect", "f1_strict")),
+    ("polarity test acc", ("test", "semeval14_polarity", "accuracy")),
+    ("polarity test macro-F1", ("test", "semeval14_polarity", "macro_f1")),
+]
 SINGLE_PAIRS = {  # the row that compares with a multi-task model: its single-task models side by side
     "single_conll2003 + single_sst2": ("single_conll2003", "single_sst2"),
     "semeval_single_aspect + semeval_single_polarity": ("semeval_single_aspect", "semeval_single_polarity"),
@@ -203,61 +218,24 @@ def table(results: dict) -> str:
             f"{run['peak_memory_mb'] / 1024:.1f} GB",
         ]
 
-    lines = [
-        "| model | CoNLL val F1 | CoNLL test F1 | CoNLL test F1 (strict) | SST-2 val acc | SST-2 val macro-F1 "
-        "| SST-2 test acc | SST-2 test macro-F1 | train min | tokens/s | params | peak mem | mean primary (test) |",
-        "|" + " --- |" * 13,
-    ]
+    def block(names: list[str], columns: list[tuple[str, tuple[str, str, str]]], tasks: tuple[str, ...]) -> list[str]:
+        head = ["model", *(title for title, _ in columns), "train min", "tokens/s", "params", "peak mem"]
+        lines = ["| " + " | ".join([*head, "mean primary (test)"]) + " |", "|" + " --- |" * (len(head) + 1)]
+        for name in names:
+            run = results[name]
+            cells = [name, *(cell(run, *key) for _, key in columns), *common(run), mean_primary(run, tasks)]
+            lines.append("| " + " | ".join(cells) + " |")
+        return lines
+
     pairs = single_pairs(results)
     order = []  # the models in MODELS order, each pair of single-task models followed by its combined row
     for name in [n for n in MODELS if n in results]:
         order += [name, *[row for row, (_, last) in SINGLE_PAIRS.items() if last == name and row in pairs]]
     results = {**results, **pairs}
-    for name in [n for n in order if not n.startswith("semeval")]:
-        run = results[name]
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    name,
-                    cell(run, "validation", "conll2003", "f1"),
-                    cell(run, "test", "conll2003", "f1"),
-                    cell(run, "test", "conll2003", "f1_strict"),
-                    cell(run, "validation", "sst2", "accuracy"),
-                    cell(run, "validation", "sst2", "macro_f1"),
-                    cell(run, "test", "sst2", "accuracy"),
-                    cell(run, "test", "sst2", "macro_f1"),
-                    *common(run),
-                    mean_primary(run, ("conll2003", "sst2")),
-                ]
-            )
-            + " |"
-        )
+    lines = block([n for n in order if not n.startswith("semeval")], CONLL_SST2_COLUMNS, ("conll2003", "sst2"))
     semeval = [n for n in order if n.startswith("semeval")]
     if semeval:
-        lines += [
-            "",
-            "| model | aspect test F1 | aspect test F1 (strict) | polarity test acc | polarity test macro-F1 "
-            "| train min | tokens/s | params | peak mem | mean primary (test) |",
-            "|" + " --- |" * 10,
-        ]
-        for name in semeval:
-            run = results[name]
-            lines.append(
-                "| "
-                + " | ".join(
-                    [
-                        name,
-                        cell(run, "test", "semeval14_aspect", "f1"),
-                        cell(run, "test", "semeval14_aspect", "f1_strict"),
-                        cell(run, "test", "semeval14_polarity", "accuracy"),
-                        cell(run, "test", "semeval14_polarity", "macro_f1"),
-                        *common(run),
-                        mean_primary(run, ("semeval14_aspect", "semeval14_polarity")),
-                    ]
-                )
-                + " |"
-            )
+        lines += ["", *block(semeval, SEMEVAL_COLUMNS, ("semeval14_aspect", "semeval14_polarity"))]
     return "\n".join(lines)
 
 
