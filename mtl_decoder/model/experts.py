@@ -89,6 +89,13 @@ class ExpertGroup(nn.Module):
         return torch.bmm(h.transpose(0, 1), self.w_out)  # (E, M, C)
 
 
+def shared_logit_bias(initial_shared_weight: float, n_own: int, n_shared: int) -> float:
+    """The bias on each shared expert's logit (own experts' logits at 0) that puts initial_shared_weight of a
+    zero-weight gate's softmax mass on the shared experts: n_shared * e^b / (n_shared * e^b + n_own) = p."""
+    p = initial_shared_weight
+    return math.log(p * n_own / ((1 - p) * n_shared))
+
+
 class Gate(nn.Module):
     """One linear layer + softmax (in float32) over [own experts..., shared experts...]."""
 
@@ -103,9 +110,8 @@ class Gate(nn.Module):
         nn.init.zeros_(self.proj.weight)
         nn.init.zeros_(self.proj.bias)
         if self.n_own:
-            p = self.initial_shared_weight
-            with torch.no_grad():  # n_shared * e^b / (n_shared * e^b + n_own) = p
-                self.proj.bias[self.n_own :] = math.log(p * self.n_own / ((1 - p) * self.n_shared))
+            with torch.no_grad():
+                self.proj.bias[self.n_own :] = shared_logit_bias(self.initial_shared_weight, self.n_own, self.n_shared)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.autocast(x.device.type, enabled=False):

@@ -5,7 +5,6 @@ with per-task losses and balancing weights, ``metrics.jsonl`` (always) and Accel
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from mtl_decoder.config import ExperimentConfig
+from mtl_decoder.model.experts import shared_logit_bias
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -40,10 +40,10 @@ def start_banner(
         lines.append(f"task {name} ({task.kind}): {len(label_sets[name])} labels, primary metric {task.primary_metric}")
     if m.ffn in ("ple", "cgc"):
         p, n_own = m.initial_shared_weight, m.n_task_experts
-        bias = math.log(p * n_own / ((1 - p) * m.n_shared_experts))
+        bias = shared_logit_bias(p, n_own, m.n_shared_experts)
         line = f"gate bias init: shared-expert logits {bias:+.3f} -> task gates put {p:.0%} on the shared experts"
-        if m.ffn == "ple":
-            shared = math.log(p * n_own * len(cfg.tasks) / ((1 - p) * m.n_shared_experts))
+        if m.ffn == "ple":  # the shared gate's own experts are every task's experts
+            shared = shared_logit_bias(p, n_own * len(cfg.tasks), m.n_shared_experts)
             line += f" (shared gate: {shared:+.3f}, also {p:.0%})"
         lines.append(line)
     guards = [
