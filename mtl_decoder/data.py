@@ -181,7 +181,7 @@ class Collator:
         if labels:
             batch["labels"] = labels
         if self.word_features or self.hash_buckets:
-            batch.update(self._word_features(examples, max(int(word_index.max()) + 1, 1)))
+            batch.update(self._word_features(examples, T))
         return batch
 
     def _labels(self, examples: list[EncodedExample], T: int) -> dict[str, torch.Tensor]:
@@ -197,17 +197,23 @@ class Collator:
             labels[task] = out
         return labels
 
-    def _word_features(self, examples: list[EncodedExample], W: int) -> dict[str, torch.Tensor]:
-        """(B, W, K) character ids, (B, W) shape classes and (B, W, N_HASHED) hashed features of the kept words."""
-        none = ([0] * MAX_WORD_CHARS, 0, [0] * N_HASHED)
-        rows = []
+    def _word_features(self, examples: list[EncodedExample], T: int) -> dict[str, torch.Tensor]:
+        """Features of each distinct word of the batch, computed once however often it occurs: (U, K)
+        character ids, (U,) shape classes, (U, N_HASHED) hashed features; and ``token_word`` (B, T), the
+        distinct word each sub-word belongs to (-1: special token or padding)."""
+        slot: dict[str, int] = {}
+        token_word = []
         for ex in examples:
             kept = max(ex.word_index, default=-1) + 1
-            rows.append([word_feature_row(w, self.hash_buckets) for w in ex.words[:kept]] + [none] * (W - kept))
+            ids = [slot.setdefault(w, len(slot)) for w in ex.words[:kept]]
+            row = [ids[w] if w >= 0 else -1 for w in ex.word_index]
+            token_word.append(row + [-1] * (T - len(row)))
+        rows = [word_feature_row(w, self.hash_buckets) for w in slot]
         out = {
-            "char_ids": torch.tensor([[f[0] for f in row] for row in rows], dtype=torch.long),
-            "shape_ids": torch.tensor([[f[1] for f in row] for row in rows], dtype=torch.long),
+            "token_word": torch.tensor(token_word, dtype=torch.long),
+            "char_ids": torch.tensor([f[0] for f in rows], dtype=torch.long).view(len(rows), MAX_WORD_CHARS),
+            "shape_ids": torch.tensor([f[1] for f in rows], dtype=torch.long),
         }
         if self.hash_buckets:
-            out["hash_ids"] = torch.tensor([[f[2] for f in row] for row in rows], dtype=torch.long)
+            out["hash_ids"] = torch.tensor([f[2] for f in rows], dtype=torch.long).view(len(rows), N_HASHED)
         return out

@@ -117,7 +117,7 @@ class Predictor:
                 return windows
             start = max(start + 1, start + (end - start) // 2)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def _run_batch(
         self,
         pieces: list[_Piece],

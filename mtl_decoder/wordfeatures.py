@@ -40,6 +40,8 @@ def char_ids(word: str) -> list[int]:
     if len(word) > MAX_WORD_CHARS:
         half = MAX_WORD_CHARS // 2
         word = word[:half] + word[-half:]
+    if word.isascii() and "\0" not in word:  # the common case, without a Python call per character
+        return list(word.encode("ascii"))
     return [char_id(c) for c in word]
 
 

@@ -15,6 +15,7 @@ from mtl_decoder.data import (
     drop_words,
     source_probabilities,
 )
+from mtl_decoder.wordfeatures import MAX_WORD_CHARS, N_HASHED, hashed_features
 
 SIZES = [400, 100, 25]
 
@@ -133,8 +134,10 @@ def test_collator_pads_and_masks_missing_labels():
     assert set(batch["labels"]) == {"ner", "sent"}  # no example carries 'other'
     assert batch["labels"]["ner"].tolist() == [[-100, 1, -100, 0, -100], [-100] * 5]
     assert batch["labels"]["sent"].tolist() == [1, 0]
-    assert batch["char_ids"].shape[:2] == (2, 2) and batch["shape_ids"].shape == (2, 2)
-    assert batch["char_ids"][1, 1].sum() == 0 and batch["char_ids"][0, 0, :2].tolist() == [ord("X"), ord("y")]
+    # one feature row per distinct word ('Xy', 'z', 'ab'), and each sub-word points at its word's row
+    assert batch["char_ids"].shape == (3, MAX_WORD_CHARS) and batch["shape_ids"].shape == (3,)
+    assert batch["char_ids"][0, :3].tolist() == [ord("X"), ord("y"), 0]
+    assert batch["token_word"].tolist() == [[-1, 0, 0, 1, -1], [-1, 2, -1, -1, -1]]
     unlabeled = Collator(0, kinds)([EncodedExample([2, 3], [-1, -1], [])])
     assert "labels" not in unlabeled and unlabeled["input_ids"].dtype == torch.long
 
@@ -153,8 +156,6 @@ def test_word_dropout_replaces_whole_words():
 
 
 def test_hashed_word_features_are_stable_and_padded():
-    from mtl_decoder.wordfeatures import N_HASHED, hashed_features
-
     feats = hashed_features("Berlin", 1000)
     assert len(feats) == N_HASHED and all(1 <= f < 1000 for f in feats)
     assert feats == hashed_features("Berlin", 1000)  # crc32: the same in every process
@@ -162,7 +163,13 @@ def test_hashed_word_features_are_stable_and_padded():
     assert feats[0] != hashed_features("BERLIN", 1000)[0]
     ex = EncodedExample([2, 10, 11, 3], [-1, 0, 1, -1], ["Berlin", "calling"])
     short = EncodedExample([2, 12, 3], [-1, 0, -1], ["Rome"])
-    batch = Collator(0, {}, word_features=True, hash_buckets=1000)([ex, short])
-    assert batch["hash_ids"].shape == (2, 2, N_HASHED)
-    assert batch["hash_ids"][0, 0].tolist() == feats
-    assert batch["hash_ids"][1, 1].tolist() == [0] * N_HASHED  # padding word
+    batch = Collator(0, {}, word_features=True, hash_buckets=1000)([ex, short, ex])
+    assert batch["hash_ids"].shape == (3, N_HASHED)  # Berlin, calling, Rome: a repeated word is computed once
+    assert batch["hash_ids"][0].tolist() == feats
+    assert batch["token_word"].tolist() == [[-1, 0, 1, -1], [-1, 2, -1, -1], [-1, 0, 1, -1]]
+
+
+def test_collator_features_of_a_batch_without_words_are_empty():
+    batch = Collator(0, {}, word_features=True, hash_buckets=1000)([EncodedExample([2, 3], [-1, -1], [])])
+    assert batch["char_ids"].shape == (0, MAX_WORD_CHARS) and batch["hash_ids"].shape == (0, N_HASHED)
+    assert batch["token_word"].tolist() == [[-1, -1]]

@@ -62,32 +62,28 @@ class WordFeatures(nn.Module):
 
     def forward(
         self,
-        word_index: torch.Tensor,
+        token_word: torch.Tensor,
         char_ids: torch.Tensor | None = None,
         shape_ids: torch.Tensor | None = None,
         hash_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """word_index (B, T) (-1 off words); char_ids (B, W, K); shape_ids (B, W); hash_ids (B, W, F) -> (B, T, C).
+        """Features of the batch's U distinct words -- char_ids (U, K), shape_ids (U,), hash_ids (U, F) -- put on
+        every sub-word: token_word (B, T) is each sub-word's distinct word, -1 off words -> (B, T, C).
 
-        Only the real words are computed: a batch's (B, W) grid is mostly padding (70% in a CoNLL + SST-2 batch).
+        Each distinct word is computed once: in a batch of CoNLL + SST-2 sentences about half the words are
+        repeats ('the', ',', '.').
         """
-        given = next(t for t in (char_ids, shape_ids, hash_ids) if t is not None)
-        B, W = given.shape[:2]
-        kept = word_index.max(dim=1).values + 1  # (B,): words are numbered 0..kept-1
-        slots = (torch.arange(W, device=word_index.device) < kept.unsqueeze(1)).flatten().nonzero().squeeze(1)
         vectors = 0.0
         if self.char_emb is not None:
-            chars = char_ids.view(B * W, -1)[slots]  # (V, K)
-            c = self.conv(self.char_emb(chars).transpose(1, 2))  # (V, 2D, K)
-            c = c.masked_fill(chars.unsqueeze(1) == 0, -1e4).amax(-1)  # (V, 2D): max over the word's characters
-            vectors = vectors + self.char_proj(F.gelu(c))  # (V, C)
+            c = self.conv(self.char_emb(char_ids).transpose(1, 2))  # (U, 2D, K)
+            c = c.masked_fill(char_ids.unsqueeze(1) == 0, -1e4).amax(-1)  # (U, 2D): max over the word's characters
+            vectors = vectors + self.char_proj(F.gelu(c))  # (U, C)
         if self.shape_emb is not None:
-            vectors = vectors + self.shape_emb(shape_ids.view(-1)[slots])
+            vectors = vectors + self.shape_emb(shape_ids)
         if self.hash_emb is not None:
-            vectors = vectors + self.hash_proj(self.hash_emb(hash_ids.view(B * W, -1)[slots]).sum(-2))
-        words = vectors.new_zeros(B * W, vectors.shape[-1]).index_copy(0, slots, vectors).view(B, W, -1)
-        safe = word_index.clamp(min=0).unsqueeze(-1).expand(-1, -1, words.shape[-1])
-        return words.gather(1, safe) * (word_index >= 0).unsqueeze(-1)  # (B, T, C)
+            vectors = vectors + self.hash_proj(self.hash_emb(hash_ids).sum(-2))
+        vectors = F.pad(vectors, (0, 0, 0, 1))  # (U + 1, C): a zero last row, which index -1 reads
+        return vectors[token_word]  # (B, T, C)
 
 
 class DecoderLayer(nn.Module):
@@ -208,6 +204,7 @@ class MTLDecoder(nn.Module):
         labels: dict[str, torch.Tensor] | None = None,
         tasks: list[str] | None = None,
         word_index: torch.Tensor | None = None,
+        token_word: torch.Tensor | None = None,
         char_ids: torch.Tensor | None = None,
         shape_ids: torch.Tensor | None = None,
         hash_ids: torch.Tensor | None = None,
@@ -228,7 +225,7 @@ class MTLDecoder(nn.Module):
 
         x = self.embed(input_ids)  # (B, T, C)
         if self.word_features is not None:
-            x = x + self.word_features(word_index, char_ids, shape_ids, hash_ids)
+            x = x + self.word_features(token_word, char_ids, shape_ids, hash_ids)
         rope = self.rope(T)
         # Every route of an example starts from the same embedding, so the first attention sub-layer is the
         # same on all of them: run it once per example, then give each route its own copy (its own row).

@@ -25,12 +25,13 @@ def test_safetensors_round_trip_gives_identical_logits(tmp_path, ffn, decoder):
     assert not missing and not unexpected
 
     batch = tiny_batch([6, 3, 5], seed=3)
-    B, T = batch["input_ids"].shape
     gen = torch.Generator().manual_seed(4)
+    U = int(batch["word_index"].max()) + 1  # the words of row 0 stand for every row's words
     features = dict(
         word_index=batch["word_index"],
-        char_ids=torch.randint(1, 128, (B, T, 5), generator=gen),
-        shape_ids=torch.randint(1, 5, (B, T), generator=gen),
+        token_word=batch["word_index"],
+        char_ids=torch.randint(1, 128, (U, 5), generator=gen),
+        shape_ids=torch.randint(1, 5, (U,), generator=gen),
     )
     with torch.no_grad():
         a = model(batch["input_ids"], batch["attention_mask"], labels=batch["labels"], **features)

@@ -63,3 +63,26 @@ def test_decode_tags_one_tag_per_present_word(decoder):
     assert [len(p) for p in paths] == [len(c) for c in FIRST_COLS]
     if decoder == "softmax":
         assert paths == [logits[i, cols].argmax(-1).tolist() for i, cols in enumerate(FIRST_COLS)]
+
+
+def test_word_features_put_each_distinct_words_vector_on_its_sub_words():
+    """A word's features do not depend on where or how often it occurs, or on the rest of the batch; special
+    tokens and padding get none."""
+    from model_testkit import perturb
+
+    from mtl_decoder.data import Collator, EncodedExample
+
+    model = perturb(tiny_model(char_embedding=8, word_features=True, word_hash_buckets=64), seed=3).eval()
+    a = EncodedExample([2, 5, 6, 7, 3], [-1, 0, 0, 1, -1], ["Paris", "in"])
+    b = EncodedExample([2, 8, 9, 3], [-1, 0, 1, -1], ["in", "Paris"])
+    collate = Collator(0, {}, word_features=True, hash_buckets=64)
+    batch = collate([a, b])
+    keys = ("token_word", "char_ids", "shape_ids", "hash_ids")
+    with torch.no_grad():
+        x = model.word_features(*(batch[k] for k in keys))  # (2, 5, C)
+        alone = model.word_features(*(collate([b])[k] for k in keys))  # (1, 4, C)
+    assert x.shape == (2, 5, model.cfg.d_model)
+    assert torch.equal(x[0, 1], x[0, 2]) and torch.equal(x[0, 1], x[1, 2])  # 'Paris': both sub-words, both rows
+    assert torch.equal(x[0, 3], x[1, 1]) and not torch.equal(x[0, 1], x[0, 3])  # 'in' differs from 'Paris'
+    assert torch.count_nonzero(x[0, [0, 4]]) == 0 and torch.count_nonzero(x[1, 3:]) == 0  # specials, padding
+    torch.testing.assert_close(x[1, :4], alone[0])
