@@ -1,6 +1,7 @@
 """Throughput of batch prediction against a naive one-sentence-at-a-time loop over the same model.
 
     python benchmarks/predict_throughput.py [--json] [--data-root ../shared/data] [--sentences 5000]
+                                            [--precision fp32|bf16]
 
 Data: CoNLL-2003 test sentences (token lists) and SST-2 test sentences (raw texts), shuffled together with a
 fixed seed, the first --sentences of them. Model: the model section of configs/demo.yaml, built untrained, with
@@ -11,6 +12,9 @@ needed to measure speed: the work per sentence does not depend on the weights.
   write the output file), i.e. ``mtl-decoder predict``; ``predict_texts`` on the in-memory list is reported too.
 - naive: for each sentence in input order, encode it, run the model on a batch of one, read the tags and the
   label; no length grouping, no file I/O. This is the floor batching must beat (>= 5x).
+
+--precision bf16 runs both ways under bf16 autocast (``predict --precision bf16``; the naive loop inside
+``torch.autocast``), so the ratio compares the same model at the same precision.
 
 The machine may be shared: the sentences are cut into chunks (--chunk) and the three ways run chunk after chunk,
 in alternating order, so that each sees the same load; each way's time is its total over the chunks. The naive
@@ -34,6 +38,7 @@ import torch
 
 from mtl_decoder.config import TAGGING, load_config
 from mtl_decoder.data import EncodedExample, collator_for
+from mtl_decoder.inference import PRECISIONS
 from mtl_decoder.iob import sort_tag_labels
 from mtl_decoder.prediction import predict_file, predict_texts
 from mtl_decoder.pretrained import Pretrained, build_model
@@ -73,9 +78,14 @@ def demo_model(items: list[str | list[str]], ner_tags: set[str]) -> Pretrained:
 
 
 @torch.no_grad()
-def naive_predict(pretrained: Pretrained, items: list[str | list[str]]) -> list[tuple[dict, dict]]:
+def naive_predict(
+    pretrained: Pretrained, items: list[str | list[str]], precision: str = "fp32"
+) -> list[tuple[dict, dict]]:
     """One sentence at a time, in input order: encode, run the model on a batch of one, read the tags and the
     label. Returns (task -> tags, task -> label) per sentence."""
+    if precision != "fp32":
+        with torch.autocast("cpu", dtype=PRECISIONS[precision]):
+            return naive_predict(pretrained, items)
     model, encoder = pretrained.model, pretrained.encoder
     cfg = model.cfg
     collate = collator_for(cfg, encoder.pad_id, {})
@@ -128,22 +138,24 @@ def measure(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="predict-bench-"))
     chunks = [items[i : i + args.chunk] for i in range(0, len(items), args.chunk)]
     files = [write_input(work / f"chunk{k}.jsonl", chunk) for k, chunk in enumerate(chunks)]
-    list(predict_texts(pretrained, items[:200], batch_size=args.batch_size))  # warm-up
-    naive_predict(pretrained, items[:50])
+    precision = args.precision
+    list(predict_texts(pretrained, items[:200], batch_size=args.batch_size, precision=precision))  # warm-up
+    naive_predict(pretrained, items[:50], precision)
     on_file, in_memory, naive = Timer(), Timer(), Timer()
     tokens = compared = agreed = 0
     for k, (chunk, source) in enumerate(zip(chunks, files, strict=True)):
 
         def file_run(source=source) -> None:
+            out = work / "out.jsonl"
             return predict_file(
-                pretrained, source, work / "out.jsonl", batch_size=args.batch_size, force=True, progress=False
+                pretrained, source, out, batch_size=args.batch_size, force=True, progress=False, precision=precision
             )
 
         def memory_run(chunk=chunk) -> list[dict]:
-            return list(predict_texts(pretrained, chunk, batch_size=args.batch_size))
+            return list(predict_texts(pretrained, chunk, batch_size=args.batch_size, precision=precision))
 
         def naive_run(chunk=chunk) -> list[tuple[dict, dict]]:
-            return naive_predict(pretrained, chunk)
+            return naive_predict(pretrained, chunk, precision)
 
         runs = [(on_file, file_run), (in_memory, memory_run), (naive, naive_run)]
         results = [timer.run(fn) for timer, fn in (runs if k % 2 == 0 else runs[::-1])]
@@ -173,6 +185,7 @@ def measure(args: argparse.Namespace) -> dict:
             "naive": round(naive.seconds, 2),
         },
         "batch_size": args.batch_size,
+        "precision": precision,
         "interleaved_chunks": len(chunks),
         "model": "configs/demo.yaml model section, untrained: speed does not depend on the weights, so no "
         "training is needed; tokenizer trained on the benchmark sentences",
@@ -202,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=5000)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--chunk", type=int, default=500, help="sentences per interleaved timing chunk")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="both ways (default: fp32)")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)

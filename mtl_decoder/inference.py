@@ -5,19 +5,38 @@ Inputs stream through a bounded buffer: encoded, grouped by length into batches,
 input order. A text longer than the model's maximum length is tagged in overlapping windows (each word
 takes its tags from the window where it sits most centrally); classification reads the first window and
 the prediction is marked truncated.
+
+Precision: fp32 by default; bf16 (or fp16, on GPUs) runs the model under autocast: matrix products in half
+precision, while norms, softmaxes, the gates and the CRF stay float32. Faster where the hardware has half-precision
+matrix units, and not bit-identical to fp32 (benchmarks/README.md measures how far apart they are).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING
 from mtl_decoder.data import EncodedExample, collator_for
+from mtl_decoder.errors import UserError
 from mtl_decoder.model import MTLDecoder, MTLOutput
 from mtl_decoder.tokenization import Encoded, TextEncoder
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""Inference precision -> the autocast dtype (None: plain float32)."""
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of an inference precision on ``device``; a UserError for an unknown one, and for fp16
+    on a CPU, where torch runs it about 25x slower than fp32 (measured here): bf16 is the CPU's half precision."""
+    if precision not in PRECISIONS:
+        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "fp16" and device.type == "cpu":
+        raise UserError("precision fp16 is for GPUs: on a CPU use bf16 (or fp32)")
+    return PRECISIONS[precision]
 
 
 @dataclass
@@ -54,8 +73,11 @@ class Predictor:
         label_sets: dict[str, list[str]],
         batch_size: int = 64,
         buffer_batches: int = 16,
+        precision: str = "fp32",
     ):
         self.model, self.encoder, self.label_sets = model, encoder, label_sets
+        self.precision = precision
+        self.autocast = autocast_dtype(precision, next(model.parameters()).device)
         self.batch_size, self.buffer = batch_size, batch_size * buffer_batches
         kinds = {t.name: t.kind for t in model.tasks}
         self.kinds = kinds
@@ -131,7 +153,10 @@ class Predictor:
         batch = {k: v.to(device) for k, v in batch.items()}
         was_training = self.model.training
         self.model.eval()
-        out = self.model(**batch, tasks=tasks)
+        # autocast is thread-local state, like grad mode: entered here, around the one forward pass
+        half = torch.autocast(device.type, dtype=self.autocast) if self.autocast is not None else nullcontext()
+        with half:
+            out = self.model(**batch, tasks=tasks)
         self.model.train(was_training)
         if on_batch is not None:
             on_batch(out, batch)

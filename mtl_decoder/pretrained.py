@@ -43,8 +43,10 @@ class Pretrained:
     label_sets: dict[str, list[str]]
     directory: Path
 
-    def predictor(self, batch_size: int | None = None) -> Predictor:
-        return Predictor(self.model, self.encoder, self.label_sets, batch_size or self.config.data.eval_batch_size)
+    def predictor(self, batch_size: int | None = None, precision: str = "fp32") -> Predictor:
+        """A Predictor for this model; batch_size defaults to the run's data.eval_batch_size."""
+        batch_size = batch_size or self.config.data.eval_batch_size
+        return Predictor(self.model, self.encoder, self.label_sets, batch_size, precision=precision)
 
 
 def replace_dir(tmp: Path, final: Path) -> None:

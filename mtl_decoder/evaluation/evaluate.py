@@ -63,6 +63,7 @@ def evaluate(
     output_dir: str | Path | None = None,
     batch_size: int | None = None,
     device: str | torch.device | None = None,
+    precision: str = "fp32",
 ) -> EvalResult:
     """Evaluate the model in ``model_dir`` on ``split`` (the files the run's task files name for it).
 
@@ -70,6 +71,7 @@ def evaluate(
     ``data``: task -> file (or "TASK=PATH" strings) read with the task's own columns instead of its split.
     ``batch_size``: default the run's data.eval_batch_size, the size training-time validation used.
     ``device``: default the machine's accelerator when it has one, else the CPU.
+    ``precision``: fp32, or bf16 / fp16 autocast (see mtl_decoder.inference.PRECISIONS).
     """
     if split not in SPLITS:
         raise UserError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)}){did_you_mean(split, SPLITS)}")
@@ -94,7 +96,8 @@ def evaluate(
     for source in sources:
         check_labels(source, pretrained.label_sets, split)
     tracker = UtilisationTracker(pretrained.model, cfg.evaluation.position_buckets, cfg.evaluation.dead_expert_fraction)
-    scored = score_sources(pretrained.predictor(batch_size), sources, task_cfgs, pretrained.label_sets, names, tracker)
+    predictor = pretrained.predictor(batch_size, precision)
+    scored = score_sources(predictor, sources, task_cfgs, pretrained.label_sets, names, tracker)
     task_metrics = {name: scored[name] for name in names}
 
     metrics = {
@@ -107,6 +110,7 @@ def evaluate(
         "settings": {
             "ffn": cfg.model.ffn,
             "batch_size": batch_size or cfg.data.eval_batch_size,
+            "precision": precision,
             "position_buckets": list(cfg.evaluation.position_buckets),
             "dead_expert_fraction": cfg.evaluation.dead_expert_fraction,
             "initial_shared_weight": cfg.model.initial_shared_weight,
@@ -231,6 +235,7 @@ def evaluate_cli(args: argparse.Namespace) -> None:
         data=args.data or None,
         output_dir=args.output,
         batch_size=args.batch_size,
+        precision=args.precision,
     )
     for note in result.metrics["notes"]:
         print(f"note: {note}")

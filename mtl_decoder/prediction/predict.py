@@ -53,6 +53,8 @@ class PredictSummary:
     tokens: int = 0
     """Words predicted on: the input tokens, or the pre-tokenizer's words of a raw text."""
     seconds: float = 0.0
+    precision: str = "fp32"
+    """The model's inference precision (see mtl_decoder.inference.PRECISIONS)."""
 
     @property
     def records_per_s(self) -> float:
@@ -70,7 +72,8 @@ class PredictSummary:
             f"read {self.read:,} records: predicted {self.predicted:,}, skipped {self.skipped:,}, "
             f"truncated {self.truncated:,}, tagged in windows {self.windowed:,}; "
             f"empty lines skipped {self.empty_lines:,}",
-            f"{self.seconds:.1f} s: {self.records_per_s:,.1f} records/s, {self.tokens_per_s:,.0f} tokens/s",
+            f"{self.seconds:.1f} s ({self.precision}): {self.records_per_s:,.1f} records/s, "
+            f"{self.tokens_per_s:,.0f} tokens/s",
             f"predictions -> {self.output}",
         ]
         if self.errors is not None:
@@ -92,13 +95,14 @@ def predict_texts(
     tasks: str | Sequence[str] | None = None,
     batch_size: int = 64,
     device: str | torch.device | None = None,
+    precision: str = "fp32",
 ) -> Iterator[dict[str, Any]]:
     """For each raw text or token list, in order: task name -> prediction (as in the output files). The model
     and the tasks are checked at once; a bad item (empty, not text, tokens not strings) raises UserError naming
     its index when the stream reaches it."""
     pretrained = _load(model, device)
     names = resolve_tasks(pretrained, tasks)
-    return _predict_items(pretrained.predictor(_check_batch_size(batch_size)), items, names)
+    return _predict_items(pretrained.predictor(_check_batch_size(batch_size), precision), items, names)
 
 
 def _predict_items(predictor: Predictor, items: Iterable[str | Sequence[str]], tasks: list[str]) -> Iterator[dict]:
@@ -142,6 +146,7 @@ def predict_file(
     force: bool = False,
     progress: bool | None = None,
     device: str | torch.device | None = None,
+    precision: str = "fp32",
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
     ``progress``: a progress bar on stderr (None: only when stderr is a terminal)."""
@@ -154,10 +159,11 @@ def predict_file(
     check_targets(input, [output] + ([errors] if errors else []), force)
     pretrained = _load(model, device)
     names = resolve_tasks(pretrained, tasks)
-    summary = PredictSummary(str(input), str(output), None if errors is None else str(errors))
+    predictor = pretrained.predictor(batch_size, precision)
+    summary = PredictSummary(str(input), str(output), None if errors is None else str(errors), precision=precision)
     show = sys.stderr.isatty() if progress is None else progress
     with AtomicJsonl(output) as out, AtomicJsonl(errors) if errors else nullcontext() as bad:
-        _stream(pretrained.predictor(batch_size), reader, names, out, bad, summary, show)
+        _stream(predictor, reader, names, out, bad, summary, show)
         summary.empty_lines = reader.empty_lines
         if bad is not None:
             bad.commit()
@@ -254,5 +260,6 @@ def predict_cli(args) -> None:
         batch_size=args.batch_size,
         on_error=args.on_error,
         force=args.force,
+        precision=args.precision,
     )
     print(summary.report())

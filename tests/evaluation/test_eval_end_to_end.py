@@ -139,6 +139,16 @@ def test_cli_prints_the_per_task_table(best: Path, tmp_path: Path, capsys, test_
     assert (tmp_path / "o" / "metrics.json").is_file()
 
 
+def test_bf16_evaluation_is_close_to_fp32_and_says_its_precision(best: Path, tmp_path: Path, test_eval: EvalResult):
+    code = main(["evaluate", "--model", str(best), "--precision", "bf16", "--output", str(tmp_path / "o")])
+    assert code == 0
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert metrics["settings"]["precision"] == "bf16" and test_eval.metrics["settings"]["precision"] == "fp32"
+    for name, fp32 in test_eval.tasks.items():
+        primary = "f1" if "f1" in fp32 else "accuracy"
+        assert abs(metrics["tasks"][name][primary] - fp32[primary]) <= 0.1, name
+
+
 def test_cli_bad_data_file_is_a_one_line_error(best: Path, tmp_path: Path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"tokens": ["a"], "ner_tags": ["O"]}\n{"tokens": ["Paris"], "ner_tags": ["B-CITY"]}\n')

@@ -141,3 +141,11 @@ def test_task_selection_and_bad_arguments(model, tmp_path):
     with pytest.raises(DataError, match="--format"):
         predict_file(model, write_lines(tmp_path / "in.dat", ["x"]), tmp_path / "y.jsonl")
     assert predict_file(model, tmp_path / "in.dat", tmp_path / "y.jsonl", fmt="txt").predicted == 1
+
+
+def test_cli_precision_flag(model_dir, tmp_path, capsys):
+    argv = ["predict", "--model", str(model_dir), "--input", str(write_lines(tmp_path / "in.txt", texts()))]
+    assert main([*argv, "--output", str(tmp_path / "a.jsonl"), "--precision", "bf16"]) == 0
+    assert "(bf16)" in capsys.readouterr().out and len(read_jsonl(tmp_path / "a.jsonl")) == len(texts())
+    assert main([*argv, "--output", str(tmp_path / "b.jsonl"), "--precision", "fp16"]) == 2
+    assert "fp16 is for GPUs" in capsys.readouterr().err and not (tmp_path / "b.jsonl").exists()

@@ -86,3 +86,23 @@ def test_bad_items_name_their_index(model):
         list(predict_texts(model, [{"text": "a"}]))
     [pred] = predict_texts(model, [("EU", "rejects")], tasks=["ner"])
     assert list(pred) == ["ner"] and len(pred["ner"]["tags"]) == 2
+
+
+def test_bf16_runs_the_model_under_autocast_and_keeps_the_outputs_well_formed(model, tmp_path):
+    dtypes = set()
+    predictor = model.predictor(batch_size=2, precision="bf16")
+    items = [*SENTENCES[:3], *texts()[3:]]
+    preds = list(predictor.predict(items, on_batch=lambda out, batch: dtypes.add(out.logits["ner"].dtype)))
+    assert dtypes == {torch.bfloat16}  # the heads' matrix products ran in bf16
+    assert [p.words for p in preds] == [p.words for p in model.predictor(batch_size=2).predict(items)]
+    for pred in predict_texts(model, items, precision="bf16"):
+        assert sum(pred["sentiment"]["probs"].values()) == pytest.approx(1.0, abs=1e-5)
+        assert set(pred["ner"]["tags"]) <= set(model.label_sets["ner"])
+    summary = predict_file(model, write_lines(tmp_path / "in.txt", texts()), tmp_path / "o.jsonl", precision="bf16")
+    assert summary.predicted == len(texts()) and "(bf16)" in summary.report()
+
+
+@pytest.mark.parametrize(("precision", "message"), [("fp16", "for GPUs"), ("half", "one of fp32, bf16, fp16")])
+def test_unsupported_precision_is_refused(model, precision, message):
+    with pytest.raises(UserError, match=message):
+        list(predict_texts(model, texts(), precision=precision))
