@@ -77,7 +77,7 @@ def demo_model(items: list[str | list[str]], ner_tags: set[str]) -> Pretrained:
     return Pretrained(model, encoder, config, label_sets, Path("untrained-demo"))
 
 
-@torch.no_grad()
+@torch.inference_mode()  # as predict runs its batches: the same model, run the same way, one sentence at a time
 def naive_predict(
     pretrained: Pretrained, items: list[str | list[str]], precision: str = "fp32"
 ) -> list[tuple[dict, dict]]:
