@@ -6,9 +6,10 @@ input order. A text longer than the model's maximum length is tagged in overlapp
 takes its tags from the window where it sits most centrally); classification reads the first window and
 the prediction is marked truncated.
 
-Precision: fp32 by default; bf16 (or fp16, on GPUs) runs the model under autocast: matrix products in half
-precision, while norms, softmaxes, the gates and the CRF stay float32. Faster where the hardware has half-precision
-matrix units, and not bit-identical to fp32 (benchmarks/README.md measures how far apart they are).
+Precision: fp32 by default; bf16 (or fp16, on GPUs) runs the model under autocast: matrix products and attention
+in half precision, while the residual stream, norms, gates, output probabilities and the CRF stay float32. Faster
+where the hardware has half-precision matrix units, and not bit-identical to fp32 (benchmarks/README.md measures
+how far apart they are).
 """
 
 from __future__ import annotations
