@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     add_precision_flag(p)
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="threads running batches side by side, each with its share of torch's threads (default: 2 where "
+        "torch has 2 or more threads or a GPU is used, else 1)",
+    )
     p.set_defaults(func=_predict)
     return parser
 

@@ -14,9 +14,12 @@ how far apart they are).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -66,6 +69,18 @@ class _Piece:
     encoded: Encoded
 
 
+@dataclass
+class _Chunk:
+    """A buffered chunk of items on its way: predictions filled in as its batches come back."""
+
+    preds: list[Prediction]
+    best_score: dict[str, list[list[int]]]
+    """Tagging task -> per item, per word: the centrality of the window its tag came from."""
+    batches: list[list[_Piece]]
+    jobs: list[Future | Callable[[], tuple]]
+    """Per batch: its _run_batch result, running in a worker (a Future) or deferred (no workers)."""
+
+
 class Predictor:
     def __init__(
         self,
@@ -75,13 +90,21 @@ class Predictor:
         batch_size: int = 64,
         buffer_batches: int = 16,
         precision: str = "fp32",
+        workers: int | None = None,
     ):
+        """``workers``: threads that run batches side by side, each with its share of torch's intra-op threads
+        on a CPU (None: 2 where torch has 2 or more threads or a GPU is used, else 1). A batch spends a third of
+        its time in Python (collating, decoding, and the caller writing results), which one thread per core
+        overlaps with the other's matrix products: on 2 CPU cores, 2 workers of 1 thread predict ~25% faster
+        than 1 worker of 2. Predictions do not depend on it beyond float rounding."""
+        if workers is not None and workers < 1:
+            raise UserError(f"workers must be at least 1, got {workers}")
         self.model, self.encoder, self.label_sets = model, encoder, label_sets
-        self.precision = precision
-        self.autocast = autocast_dtype(precision, next(model.parameters()).device)
+        self.precision, self.workers = precision, workers
+        self.device = next(model.parameters()).device
+        self.autocast = autocast_dtype(precision, self.device)
         self.batch_size, self.buffer = batch_size, batch_size * buffer_batches
-        kinds = {t.name: t.kind for t in model.tasks}
-        self.kinds = kinds
+        self.kinds = {t.name: t.kind for t in model.tasks}
         self.collate = collator_for(model.cfg, encoder.pad_id, {})
 
     def predict(
@@ -90,18 +113,49 @@ class Predictor:
         tasks: list[str] | None = None,
         on_batch: Callable[[MTLOutput, dict], None] | None = None,
     ) -> Iterator[Prediction]:
-        """One Prediction per item (a word list or a raw text), in input order."""
+        """One Prediction per item (a word list or a raw text), in input order. ``on_batch(output, batch)`` is
+        called for every batch, in order, in the calling thread."""
         tasks = list(tasks or self.model.task_names)
+        was_training = self.model.training
+        self.model.eval()  # once, here: a worker switching modes would race the others
+        pool = self._pool()
+        try:
+            # One chunk of lookahead: its batches run while the caller consumes the previous chunk's predictions.
+            pending: deque[_Chunk] = deque()
+            for chunk in self._chunks(items):
+                pending.append(self._start(chunk, tasks, pool, keep_outputs=on_batch is not None))
+                if len(pending) > 1:
+                    yield from self._finish(pending.popleft(), on_batch)
+            while pending:
+                yield from self._finish(pending.popleft(), on_batch)
+        finally:
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
+            self.model.train(was_training)
+
+    def _pool(self) -> ThreadPoolExecutor | None:
+        threads = torch.get_num_threads()
+        workers = self.workers or (2 if self.device.type != "cpu" or threads >= 2 else 1)
+        if workers == 1:
+            return None
+        if self.device.type != "cpu":
+            return ThreadPoolExecutor(workers, thread_name_prefix="predict")
+        # torch's intra-op thread count is per thread (OpenMP): each worker takes its share of the caller's
+        share = (max(1, threads // workers),)
+        return ThreadPoolExecutor(workers, "predict", initializer=torch.set_num_threads, initargs=share)
+
+    def _chunks(self, items: Iterable[list[str] | str]) -> Iterator[list[list[str] | str]]:
         buffer: list[list[str] | str] = []
         for item in items:
             buffer.append(item)
             if len(buffer) >= self.buffer:
-                yield from self._predict_chunk(buffer, tasks, on_batch)
+                yield buffer
                 buffer = []
         if buffer:
-            yield from self._predict_chunk(buffer, tasks, on_batch)
+            yield buffer
 
-    def _predict_chunk(self, items: list, tasks: list[str], on_batch) -> list[Prediction]:
+    def _start(self, items: list, tasks: list[str], pool: ThreadPoolExecutor | None, keep_outputs: bool) -> _Chunk:
+        """Encode a chunk, cut too-long items into windows, group pieces by length and hand the batches out."""
         encoded = self.encoder.encode_batch(items)
         preds = [Prediction(e.words, e.spans) for e in encoded]
         pieces: list[_Piece] = []
@@ -116,10 +170,18 @@ class Predictor:
             preds[i].truncated = enc.truncated and len(tagging) < len(tasks)
         best_score = {t: [[-1] * len(e.words) for e in encoded] for t in tagging}
         order = sorted(range(len(pieces)), key=lambda p: len(pieces[p].encoded.ids))
-        for start in range(0, len(order), self.batch_size):
-            batch_pieces = [pieces[p] for p in order[start : start + self.batch_size]]
-            self._run_batch(batch_pieces, tasks, preds, best_score, on_batch)
-        return preds
+        batches = [[pieces[p] for p in order[s : s + self.batch_size]] for s in range(0, len(order), self.batch_size)]
+        run = [partial(self._run_batch, b, tasks, keep_outputs) for b in batches]
+        jobs = [pool.submit(job) for job in run] if pool is not None else run
+        return _Chunk(preds, best_score, batches, jobs)
+
+    def _finish(self, chunk: _Chunk, on_batch) -> list[Prediction]:
+        for pieces, job in zip(chunk.batches, chunk.jobs, strict=True):
+            out, batch, decoded = job.result() if isinstance(job, Future) else job()
+            if on_batch is not None:
+                on_batch(out, batch)
+            self._merge(pieces, decoded, chunk.preds, chunk.best_score)
+        return chunk.preds
 
     def _windows(self, words: list[str]) -> list[tuple[int, int]]:
         """Overlapping word windows that each fit max_length; consecutive windows overlap by about half."""
@@ -140,40 +202,44 @@ class Predictor:
                 return windows
             start = max(start + 1, start + (end - start) // 2)
 
-    @torch.inference_mode()
-    def _run_batch(
-        self,
-        pieces: list[_Piece],
-        tasks: list[str],
-        preds: list[Prediction],
-        best_score: dict[str, list[list[int]]],
-        on_batch,
-    ) -> None:
+    @torch.inference_mode()  # grad mode and autocast are thread-local: both are entered here, in the worker
+    def _run_batch(self, pieces: list[_Piece], tasks: list[str], keep_outputs: bool) -> tuple:
+        """Collate and run one batch: (output, batch) if ``keep_outputs`` else (None, None), and per task the
+        (batch row, class probabilities or word-level tag ids) of each row of its output."""
         batch = self.collate([EncodedExample(p.encoded.ids, p.encoded.word_index, p.encoded.words) for p in pieces])
-        device = next(self.model.parameters()).device
-        batch = {k: v.to(device) for k, v in batch.items()}
-        was_training = self.model.training
-        self.model.eval()
-        # autocast is thread-local state, like grad mode: entered here, around the one forward pass
-        half = torch.autocast(device.type, dtype=self.autocast) if self.autocast is not None else nullcontext()
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        half = torch.autocast(self.device.type, dtype=self.autocast) if self.autocast is not None else nullcontext()
         with half:
             out = self.model(**batch, tasks=tasks)
-        self.model.train(was_training)
-        if on_batch is not None:
-            on_batch(out, batch)
+        decoded: dict[str, list] = {}
         for task in tasks:
-            labels = self.label_sets[task]
-            rows = out.examples[task].tolist()
+            rows = out.examples[task]
             if self.kinds[task] == CLASSIFICATION:
-                probs = out.logits[task].float().softmax(-1).cpu()
-                for r, piece in zip(rows, (pieces[r] for r in rows), strict=True):
-                    if piece.start == 0:
-                        pred = preds[piece.item]
-                        pred.labels[task] = labels[int(probs[r].argmax())]
-                        pred.probs[task] = {lab: float(p) for lab, p in zip(labels, probs[r].tolist(), strict=True)}
+                values = out.logits[task].float().softmax(-1).tolist()
+            else:
+                values = self.model.decode_tags(task, out.logits[task], batch["word_index"][rows])
+            decoded[task] = list(zip(rows.tolist(), values, strict=True))
+        return (out, batch, decoded) if keep_outputs else (None, None, decoded)
+
+    def _merge(
+        self,
+        pieces: list[_Piece],
+        decoded: dict[str, list],
+        preds: list[Prediction],
+        best_score: dict[str, list[list[int]]],
+    ) -> None:
+        """One batch's results into its items' predictions: a label from an item's first window; each word's
+        tags from the window where the word sits most centrally."""
+        for task, rows in decoded.items():
+            labels = self.label_sets[task]
+            if self.kinds[task] == CLASSIFICATION:
+                for r, probs in rows:
+                    if pieces[r].start == 0:
+                        pred = preds[pieces[r].item]
+                        pred.labels[task] = labels[max(range(len(probs)), key=probs.__getitem__)]  # first maximum
+                        pred.probs[task] = dict(zip(labels, probs, strict=True))
                 continue
-            decoded = self.model.decode_tags(task, out.logits[task], batch["word_index"][out.examples[task]])
-            for r, tag_ids in zip(rows, decoded, strict=True):
+            for r, tag_ids in rows:
                 piece, pred = pieces[r], preds[pieces[r].item]
                 tags = pred.tags.setdefault(task, ["O"] * len(pred.words))
                 scores = best_score[task][piece.item]

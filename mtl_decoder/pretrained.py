@@ -43,10 +43,12 @@ class Pretrained:
     label_sets: dict[str, list[str]]
     directory: Path
 
-    def predictor(self, batch_size: int | None = None, precision: str = "fp32") -> Predictor:
+    def predictor(
+        self, batch_size: int | None = None, precision: str = "fp32", workers: int | None = None
+    ) -> Predictor:
         """A Predictor for this model; batch_size defaults to the run's data.eval_batch_size."""
         batch_size = batch_size or self.config.data.eval_batch_size
-        return Predictor(self.model, self.encoder, self.label_sets, batch_size, precision=precision)
+        return Predictor(self.model, self.encoder, self.label_sets, batch_size, precision=precision, workers=workers)
 
 
 def replace_dir(tmp: Path, final: Path) -> None:

@@ -96,13 +96,15 @@ def predict_texts(
     batch_size: int = 64,
     device: str | torch.device | None = None,
     precision: str = "fp32",
+    workers: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """For each raw text or token list, in order: task name -> prediction (as in the output files). The model
     and the tasks are checked at once; a bad item (empty, not text, tokens not strings) raises UserError naming
     its index when the stream reaches it."""
     pretrained = _load(model, device)
     names = resolve_tasks(pretrained, tasks)
-    return _predict_items(pretrained.predictor(_check_batch_size(batch_size), precision), items, names)
+    predictor = pretrained.predictor(_check_batch_size(batch_size), precision, workers)
+    return _predict_items(predictor, items, names)
 
 
 def _predict_items(predictor: Predictor, items: Iterable[str | Sequence[str]], tasks: list[str]) -> Iterator[dict]:
@@ -147,6 +149,7 @@ def predict_file(
     progress: bool | None = None,
     device: str | torch.device | None = None,
     precision: str = "fp32",
+    workers: int | None = None,
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
     ``progress``: a progress bar on stderr (None: only when stderr is a terminal)."""
@@ -159,7 +162,7 @@ def predict_file(
     check_targets(input, [output] + ([errors] if errors else []), force)
     pretrained = _load(model, device)
     names = resolve_tasks(pretrained, tasks)
-    predictor = pretrained.predictor(batch_size, precision)
+    predictor = pretrained.predictor(batch_size, precision, workers)
     summary = PredictSummary(str(input), str(output), None if errors is None else str(errors), precision=precision)
     show = sys.stderr.isatty() if progress is None else progress
     with AtomicJsonl(output) as out, AtomicJsonl(errors) if errors else nullcontext() as bad:
@@ -261,5 +264,6 @@ def predict_cli(args) -> None:
         on_error=args.on_error,
         force=args.force,
         precision=args.precision,
+        workers=args.workers,
     )
     print(summary.report())

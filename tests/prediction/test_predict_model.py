@@ -4,6 +4,7 @@ tagged in windows, and inputs consumed as a stream."""
 from __future__ import annotations
 
 import itertools
+import threading
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from predict_testkit import SENTENCES, texts, write_lines
 
 from mtl_decoder.data import Collator, EncodedExample
 from mtl_decoder.errors import UserError
+from mtl_decoder.inference import Predictor
 from mtl_decoder.prediction import predict_file, predict_texts
 from mtl_decoder.pretrained import load_pretrained
 
@@ -71,7 +73,8 @@ def test_inputs_are_consumed_as_a_stream(model):
 
     stream = predict_texts(model, endless(), batch_size=2)
     first = next(stream)
-    assert first["ner"]["tags"] and pulled <= 2 * 16 + 1  # one Predictor buffer, not the whole input
+    buffer = 2 * 16  # batch_size x buffer_batches
+    assert first["ner"]["tags"] and pulled <= 2 * buffer + 1  # a buffer and one of lookahead, not the whole input
     assert len(list(itertools.islice(stream, 40))) == 40
 
 
@@ -106,3 +109,31 @@ def test_bf16_runs_the_model_under_autocast_and_keeps_the_outputs_well_formed(mo
 def test_unsupported_precision_is_refused(model, precision, message):
     with pytest.raises(UserError, match=message):
         list(predict_texts(model, texts(), precision=precision))
+
+
+def test_workers_give_the_same_predictions_in_order_and_leave_the_caller_as_it_was(model):
+    long_text = " ".join(f"w{i % 7}" if i % 5 else "London" for i in range(150))  # tagged in windows
+    items = [*SENTENCES, *texts(), long_text] * 7  # several buffers of 2 x 2 items
+    one = list(model.predictor(batch_size=2, workers=1).predict(items))
+    threads_before, calls = torch.get_num_threads(), []
+
+    def on_batch(out, batch) -> None:
+        calls.append((threading.get_ident(), len(batch["input_ids"])))
+
+    predictor = Predictor(model.model, model.encoder, model.label_sets, batch_size=2, buffer_batches=2, workers=2)
+    runners: set[str] = set()
+    hook = model.model.register_forward_pre_hook(lambda module, args: runners.add(threading.current_thread().name))
+    model.model.train()
+    two = list(predictor.predict(items, on_batch=on_batch))
+    hook.remove()
+    assert runners and all(name.startswith("predict") for name in runners)  # the forward passes ran in workers
+    assert model.model.training  # the caller's mode is restored
+    model.model.eval()
+    assert {thread for thread, _ in calls} == {threading.get_ident()}  # on_batch runs in the calling thread
+    assert sum(size for _, size in calls) >= len(items)  # for every batch (long_text is several pieces)
+    assert torch.get_num_threads() == threads_before
+    assert [p.tags for p in two] == [p.tags for p in one] and [p.labels for p in two] == [p.labels for p in one]
+    for a, b in zip(one, two, strict=True):
+        assert a.probs["sentiment"] == pytest.approx(b.probs["sentiment"], abs=1e-5)
+    with pytest.raises(UserError, match="workers must be at least 1"):
+        model.predictor(workers=0)
