@@ -86,3 +86,32 @@ def test_word_features_put_each_distinct_words_vector_on_its_sub_words():
     assert torch.equal(x[0, 3], x[1, 1]) and not torch.equal(x[0, 1], x[0, 3])  # 'in' differs from 'Paris'
     assert torch.count_nonzero(x[0, [0, 4]]) == 0 and torch.count_nonzero(x[1, 3:]) == 0  # specials, padding
     torch.testing.assert_close(x[1, :4], alone[0])
+
+
+def test_word_features_backward_is_deterministic():
+    """The same batch gives bit-identical gradients every time (an index-based gather would accumulate its
+    repeated rows in a thread-dependent order on CPU at this size)."""
+    from model_testkit import tiny_config
+
+    from mtl_decoder.model.decoder import WordFeatures
+
+    torch.manual_seed(0)
+    features = WordFeatures(tiny_config(char_embedding=8, word_features=True, word_hash_buckets=64))
+    U, B, T = 200, 32, 40
+    inputs = (
+        torch.randint(-1, U, (B, T)),  # token_word: many repeats of each word, and sub-words of no word
+        torch.randint(0, 128, (U, 16)),
+        torch.randint(0, 5, (U,)),
+        torch.randint(1, 64, (U, 8)),
+    )
+    upstream = torch.randn(B, T, 32)
+    grads, threads = [], torch.get_num_threads()
+    torch.set_num_threads(2)  # the session runs on one thread (conftest); a race needs two
+    try:
+        for _ in range(30):  # the race shows in some passes of an index-based gather, not in every one
+            features.zero_grad()
+            (features(*inputs) * upstream).sum().backward()
+            grads.append([p.grad.clone() for p in features.parameters()])
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for other in grads[1:] for a, b in zip(grads[0], other, strict=True))
