@@ -84,8 +84,8 @@ class WordFeatures(nn.Module):
             vectors = vectors + self.hash_proj(self.hash_emb(hash_ids).sum(-2))
         U = vectors.shape[0]
         vectors = F.pad(vectors, (0, 0, 0, 1))  # (U + 1, C): a zero last row for the sub-words of no word
-        # an embedding lookup, not vectors[token_word]: on a CPU the latter's backward adds the repeated rows up
-        # in a thread-dependent order, and training would differ from run to run in the last bits
+        # an embedding lookup, not vectors[token_word]: on a CPU the latter's backward adds repeated rows up in a
+        # thread-dependent order, so one batch's gradients would differ between runs in the last bits
         return F.embedding(torch.where(token_word >= 0, token_word, U), vectors)  # (B, T, C)
 
 
