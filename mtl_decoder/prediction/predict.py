@@ -100,7 +100,8 @@ def predict_texts(
 ) -> Iterator[dict[str, Any]]:
     """For each raw text or token list, in order: task name -> prediction (as in the output files). The model
     and the tasks are checked at once; a bad item (empty, not text, tokens not strings) raises UserError naming
-    its index when the stream reaches it."""
+    its index when the stream reaches it. ``precision``: fp32, bf16 or fp16 (GPUs); ``workers``: threads running
+    batches side by side (see mtl_decoder.inference.Predictor)."""
     pretrained = _load(model, device)
     names = resolve_tasks(pretrained, tasks)
     predictor = pretrained.predictor(_check_batch_size(batch_size), precision, workers)
@@ -152,7 +153,8 @@ def predict_file(
     workers: int | None = None,
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
-    ``progress``: a progress bar on stderr (None: only when stderr is a terminal)."""
+    ``progress``: a progress bar on stderr (None: only when stderr is a terminal); ``precision`` and ``workers``
+    as in predict_texts."""
     if on_error not in ON_ERROR:
         raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
     _check_batch_size(batch_size)
