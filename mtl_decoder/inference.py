@@ -100,7 +100,7 @@ class Predictor:
         if workers is not None and workers < 1:
             raise UserError(f"workers must be at least 1, got {workers}")
         self.model, self.encoder, self.label_sets = model, encoder, label_sets
-        self.precision, self.workers = precision, workers
+        self.workers = workers
         self.device = next(model.parameters()).device
         self.autocast = autocast_dtype(precision, self.device)
         self.batch_size, self.buffer = batch_size, batch_size * buffer_batches
@@ -116,9 +116,9 @@ class Predictor:
         """One Prediction per item (a word list or a raw text), in input order. ``on_batch(output, batch)`` is
         called for every batch, in order, in the calling thread."""
         tasks = list(tasks or self.model.task_names)
-        was_training = self.model.training
+        was_training, threads = self.model.training, torch.get_num_threads()
         self.model.eval()  # once, here: a worker switching modes would race the others
-        pool = self._pool()
+        pool = self._pool(threads)
         try:
             # One chunk of lookahead: its batches run while the caller consumes the previous chunk's predictions.
             pending: deque[_Chunk] = deque()
@@ -131,10 +131,10 @@ class Predictor:
         finally:
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
+                torch.set_num_threads(threads)  # the workers' setting also reached torch's default for new threads
             self.model.train(was_training)
 
-    def _pool(self) -> ThreadPoolExecutor | None:
-        threads = torch.get_num_threads()
+    def _pool(self, threads: int) -> ThreadPoolExecutor | None:
         workers = self.workers or (2 if self.device.type != "cpu" or threads >= 2 else 1)
         if workers == 1:
             return None
