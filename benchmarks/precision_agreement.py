@@ -20,7 +20,7 @@ import torch
 
 from mtl_decoder.config import TAGGING
 from mtl_decoder.prediction import predict_texts
-from mtl_decoder.pretrained import load_pretrained
+from mtl_decoder.saved import load_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=str(REPO / "benchmarks" / "runs" / "ple" / "best"))
     parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"))
     args = parser.parse_args(argv)
-    pretrained = load_pretrained(args.model)
+    pretrained = load_model(args.model)
     model = Path(args.model).resolve()
     shown = str(model.relative_to(REPO)) if model.is_relative_to(REPO) else str(model)
     result = {"model": shown, **compare(pretrained, load_items(Path(args.data_root)))}

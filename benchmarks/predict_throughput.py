@@ -40,12 +40,13 @@ from pathlib import Path
 import torch
 
 from mtl_decoder.config import TAGGING, load_config
-from mtl_decoder.data import EncodedExample, collator_for
+from mtl_decoder.data.batching import EncodedExample, collator_for
+from mtl_decoder.data.iob import sort_tag_labels
+from mtl_decoder.data.tokenization import TextEncoder, train_tokenizer
 from mtl_decoder.inference import PRECISIONS
-from mtl_decoder.iob import sort_tag_labels
+from mtl_decoder.model import build_model
 from mtl_decoder.prediction import predict_file, predict_texts
-from mtl_decoder.pretrained import Pretrained, build_model
-from mtl_decoder.tokenization import TextEncoder, train_tokenizer
+from mtl_decoder.saved import SavedModel
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,7 +68,7 @@ def load_sentences(data_root: Path, count: int, seed: int = 0) -> tuple[list[str
     return items[:count], tags
 
 
-def demo_model(items: list[str | list[str]], ner_tags: set[str]) -> Pretrained:
+def demo_model(items: list[str | list[str]], ner_tags: set[str]) -> SavedModel:
     """The demo config's model, untrained, with a tokenizer trained on ``items``."""
     config = load_config(REPO / "configs" / "demo.yaml")
     label_sets = {
@@ -77,12 +78,12 @@ def demo_model(items: list[str | list[str]], ner_tags: set[str]) -> Pretrained:
     encoder = TextEncoder(train_tokenizer(items, config.tokenizer), config.data.max_length)
     torch.manual_seed(0)
     model = build_model(config, label_sets, encoder).eval()
-    return Pretrained(model, encoder, config, label_sets, Path("untrained-demo"))
+    return SavedModel(model, encoder, config, label_sets, Path("untrained-demo"))
 
 
 @torch.inference_mode()  # as predict runs its batches: the same model, run the same way, one sentence at a time
 def naive_predict(
-    pretrained: Pretrained, items: list[str | list[str]], precision: str = "fp32"
+    pretrained: SavedModel, items: list[str | list[str]], precision: str = "fp32"
 ) -> list[tuple[dict, dict]]:
     """One sentence at a time, in input order: encode, run the model on a batch of one, read the tags and the
     label. Returns (task -> tags, task -> label) per sentence."""

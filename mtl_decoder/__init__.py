@@ -1,6 +1,6 @@
 """mtl-decoder: multi-task text models on a Pre-LN decoder trunk with a PLE expert/gate block in every layer.
 
-from mtl_decoder import train, evaluate, predict_file, predict_texts, load_pretrained, load_config
+from mtl_decoder import load_config, train, evaluate, predict_file, predict_texts, load_model
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ _API = {  # name -> module: imported on first use, so `import mtl_decoder` stays
     "load_config": "mtl_decoder.config",
     "ExperimentConfig": "mtl_decoder.config",
     "train": "mtl_decoder.training.trainer",
-    "TrainResult": "mtl_decoder.training.trainer",
+    "TrainResult": "mtl_decoder.training.state",
     "evaluate": "mtl_decoder.evaluation.evaluate",
     "predict_file": "mtl_decoder.prediction.predict",
     "predict_texts": "mtl_decoder.prediction.predict",
-    "load_pretrained": "mtl_decoder.pretrained",
-    "save_pretrained": "mtl_decoder.pretrained",
+    "load_model": "mtl_decoder.saved",
+    "save_model": "mtl_decoder.saved",
+    "SavedModel": "mtl_decoder.saved",
+    "Predictor": "mtl_decoder.inference.predictor",
     "MTLDecoder": "mtl_decoder.model.decoder",
 }
 __all__ = [*_API, "__version__"]

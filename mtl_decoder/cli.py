@@ -1,6 +1,6 @@
-"""The command line: a thin map from subcommands to plain functions.
+"""The command line: a thin map from subcommands to plain functions; every adapter lives here.
 
-    mtl-decoder train    --config C [--output-dir DIR] [--resume] [key=value ...]
+    mtl-decoder train    --config C [--output-dir DIR] [--resume | --overwrite] [key=value ...]
     mtl-decoder evaluate --model RUN/best [--split test] [--tasks a,b] [--data TASK=PATH ...] [--output DIR]
     mtl-decoder predict  --model RUN/best --input FILE --output OUT.jsonl [--tasks a,b] [--on-error skip] [--force]
 
@@ -16,24 +16,53 @@ from collections.abc import Callable
 from mtl_decoder.errors import UserError
 
 
-def _train(args: argparse.Namespace) -> None:
+def run_train(args: argparse.Namespace) -> None:
     from mtl_decoder.config import load_config
     from mtl_decoder.training import train
 
     config = load_config(args.config, args.overrides)
-    train(config, output_dir=args.output_dir, resume=args.resume)
+    train(config, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
 
 
-def _evaluate(args: argparse.Namespace) -> None:
-    from mtl_decoder.evaluation.evaluate import evaluate_cli
+def run_evaluate(args: argparse.Namespace) -> None:
+    """Evaluate, then print the notes, where the outputs went and the per-task table."""
+    from mtl_decoder.evaluation.evaluate import METRICS_FILE, PLOTS_DIR, REPORT_FILE, evaluate
+    from mtl_decoder.evaluation.report import task_table
 
-    evaluate_cli(args)
+    result = evaluate(
+        args.model,
+        split=args.split,
+        tasks=args.tasks,
+        data=args.data or None,
+        output_dir=args.output,
+        batch_size=args.batch_size,
+        precision=args.precision,
+    )
+    for note in result.metrics["notes"]:
+        print(f"note: {note}")
+    print(f"wrote {result.output_dir / METRICS_FILE}, {REPORT_FILE} and {PLOTS_DIR}/")
+    print()
+    print("\n".join(task_table(result.metrics)))
 
 
-def _predict(args: argparse.Namespace) -> None:
-    from mtl_decoder.prediction.predict import predict_cli
+def run_predict(args: argparse.Namespace) -> None:
+    """predict_file with the command's flags, then the summary."""
+    from mtl_decoder.prediction import predict_file
 
-    predict_cli(args)
+    summary = predict_file(
+        args.model,
+        args.input,
+        args.output,
+        tasks=args.tasks,
+        fmt=args.format,
+        text_column=args.text_column,
+        batch_size=args.batch_size,
+        on_error=args.on_error,
+        force=args.force,
+        precision=args.precision,
+        workers=args.workers,
+    )
+    print(summary.report())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,14 +70,27 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mtl-decoder", description="Multi-task PLE decoder: train, evaluate, predict."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    add_train(sub)
+    add_evaluate(sub)
+    add_predict(sub)
+    return parser
 
+
+def add_train(sub) -> None:
     p = sub.add_parser("train", help="train on multi-task data", description="Train a multi-task model.")
     p.add_argument("--config", required=True, help="experiment YAML (e.g. configs/demo.yaml)")
     p.add_argument("--output-dir", help="run directory (default: training.output_dir)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run directory")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over in a run directory that is not empty (it lists what it removes)",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. model.d_model=64")
-    p.set_defaults(func=_train)
+    p.set_defaults(func=run_train)
 
+
+def add_evaluate(sub) -> None:
     p = sub.add_parser(
         "evaluate",
         help="per-task metrics and expert utilisation",
@@ -68,13 +110,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="output directory (default: MODEL/eval-SPLIT)")
     p.add_argument("--batch-size", type=int, help="examples per batch")
     add_precision_flag(p)
-    p.set_defaults(func=_evaluate)
+    p.set_defaults(func=run_evaluate)
+
+
+def add_predict(sub) -> None:
+    from mtl_decoder.data.formats import PREDICTION_FORMATS
 
     p = sub.add_parser("predict", help="batch prediction on files", description="Predict on a file, streaming.")
     p.add_argument("--model", required=True, help="model directory (RUN/best)")
-    p.add_argument("--input", required=True, help="input file: .jsonl .csv .tsv .txt .conll")
+    p.add_argument("--input", required=True, help="input file: " + " ".join(f".{f}" for f in PREDICTION_FORMATS))
     p.add_argument("--output", required=True, help="output .jsonl")
-    p.add_argument("--format", choices=["jsonl", "csv", "tsv", "txt", "conll"], help="input format (default: suffix)")
+    p.add_argument("--format", choices=list(PREDICTION_FORMATS), help="input format (default: from the suffix)")
     p.add_argument("--text-column", default="text", help="text column of .csv/.tsv input (default: text)")
     p.add_argument("--tasks", help="comma-separated task names (default: all)")
     p.add_argument("--batch-size", type=int, default=64, help="examples per batch (default: 64)")
@@ -92,8 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="threads running batches side by side, each with its share of torch's threads (default: 2 where "
         "torch has 2 or more threads or a GPU is used, else 1)",
     )
-    p.set_defaults(func=_predict)
-    return parser
+    p.set_defaults(func=run_predict)
 
 
 def add_precision_flag(p: argparse.ArgumentParser) -> None:

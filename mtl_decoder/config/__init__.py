@@ -1,8 +1,18 @@
-"""Experiment configuration: typed dataclasses (``schema``) loaded from YAML with dotted overrides (``loading``).
+"""Experiment configuration: typed dataclasses (``schema``) loaded from YAML with dotted overrides (``loading``);
+task kinds and metric names (``kinds``) and the expert-block variants (``variants``) are written once here.
 
 config = load_config("configs/demo.yaml", ["model.d_model=64", "tasks.ner.data.train=my.jsonl"])
 """
 
+from mtl_decoder.config.kinds import (
+    CLASSIFICATION,
+    CLASSIFICATION_METRICS,
+    METRICS,
+    SPLITS,
+    TAGGING,
+    TAGGING_METRICS,
+    TASK_KINDS,
+)
 from mtl_decoder.config.loading import (
     apply_override,
     build,
@@ -11,12 +21,9 @@ from mtl_decoder.config.loading import (
     load_task,
     load_task_file,
     parse_override,
+    parse_task_names,
 )
 from mtl_decoder.config.schema import (
-    CLASSIFICATION,
-    SPLITS,
-    TAGGING,
-    TASK_KINDS,
     BalancingConfig,
     ColumnsConfig,
     DataConfig,
@@ -28,12 +35,18 @@ from mtl_decoder.config.schema import (
     TokenizerConfig,
     TrainingConfig,
 )
+from mtl_decoder.config.variants import SHARED, VARIANTS, Variant
 
 __all__ = [
     "CLASSIFICATION",
+    "CLASSIFICATION_METRICS",
+    "METRICS",
+    "SHARED",
     "SPLITS",
     "TAGGING",
+    "TAGGING_METRICS",
     "TASK_KINDS",
+    "VARIANTS",
     "BalancingConfig",
     "ColumnsConfig",
     "DataConfig",
@@ -44,6 +57,7 @@ __all__ = [
     "TaskDataConfig",
     "TokenizerConfig",
     "TrainingConfig",
+    "Variant",
     "apply_override",
     "build",
     "config_from_dict",
@@ -51,4 +65,5 @@ __all__ = [
     "load_task",
     "load_task_file",
     "parse_override",
+    "parse_task_names",
 ]

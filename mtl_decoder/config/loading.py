@@ -10,12 +10,14 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from mtl_decoder.config.schema import SPLITS, ExperimentConfig, TaskConfig
+from mtl_decoder.config.kinds import SPLITS
+from mtl_decoder.config.schema import ExperimentConfig, TaskConfig
 from mtl_decoder.errors import ConfigError, did_you_mean
 
 # --------------------------------------------------------------------------------------------------
@@ -238,3 +240,20 @@ def config_from_dict(data: dict[str, Any]) -> ExperimentConfig:
     tree = dict(data)
     tree["tasks"] = {t["name"]: build(TaskConfig, t, f"tasks.{t['name']}") for t in tree.get("tasks", [])}
     return build(ExperimentConfig, tree)
+
+
+def parse_task_names(tasks: str | Iterable[str] | None, known: list[str], flag: str = "--tasks") -> list[str] | None:
+    """Task names from a comma-separated string or a list, checked against ``known``, in the given order without
+    repeats; None when ``tasks`` is None (meaning: all)."""
+    if tasks is None:
+        return None
+    names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t).strip() for t in tasks]
+    names = list(dict.fromkeys(n for n in names if n))
+    if not names:
+        raise ConfigError("", f"{flag}: no task names given (tasks: {', '.join(known)})")
+    for name in names:
+        if name not in known:
+            raise ConfigError(
+                "", f"{flag}: unknown task '{name}'{did_you_mean(name, known)}; tasks: {', '.join(known)}"
+            )
+    return names

@@ -10,12 +10,10 @@ from typing import Any
 
 import yaml
 
+from mtl_decoder.config.kinds import DEFAULT_PRIMARY_METRIC, METRICS, TASK_KINDS
+from mtl_decoder.config.variants import VARIANTS, Variant
 from mtl_decoder.errors import ConfigError, did_you_mean
-
-TAGGING = "token_tagging"
-CLASSIFICATION = "sentence_classification"
-TASK_KINDS = (TAGGING, CLASSIFICATION)
-SPLITS = ("train", "validation", "test")
+from mtl_decoder.files import atomic_write_text
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -76,11 +74,11 @@ class ModelConfig:
             raise ConfigError("n_heads", f"d_model {self.d_model} / n_heads {self.n_heads} must be an even integer")
         _choice("attention", self.attention, ("causal", "bidirectional"))
         _choice("norm", self.norm, ("rmsnorm", "layernorm"))
-        _choice("ffn", self.ffn, ("ple", "cgc", "mmoe", "mlp"))
+        _choice("ffn", self.ffn, tuple(VARIANTS))
         _choice("tagging_decoder", self.tagging_decoder, ("softmax", "crf"))
-        if self.ffn != "mlp":
+        if self.variant.gated:
             _positive("n_shared_experts", self.n_shared_experts)
-        if self.ffn in ("ple", "cgc"):
+        if self.variant.task_experts:
             _positive("n_task_experts", self.n_task_experts)
         if self.mlp_hidden is not None:
             _positive("mlp_hidden", self.mlp_hidden)
@@ -95,6 +93,10 @@ class ModelConfig:
         if self.word_hash_buckets == 1:
             raise ConfigError("word_hash_buckets", "must be 0 (off) or at least 2")
         _positive("word_hash_dim", self.word_hash_dim)
+
+    @property
+    def variant(self) -> Variant:
+        return VARIANTS[self.ffn]
 
     @property
     def mlp_width(self) -> int:
@@ -190,6 +192,10 @@ class TrainingConfig:
     """A checkpoint directory to resume from (or use --resume for the latest)."""
     progress: bool = True
     """Show tqdm progress bars."""
+    keep_freed_memory: bool = False
+    """Ask glibc (Linux) to keep freed memory for reuse instead of returning large blocks to the OS: faster steps
+    when large gradient tensors are allocated afresh every step, at the cost of the process keeping its peak
+    size. Process-wide, hence opt-in (the shipped configs turn it on)."""
 
     def __post_init__(self) -> None:
         for name in ("epochs", "lr", "grad_accum_steps", "log_every", "keep_checkpoints"):
@@ -296,13 +302,8 @@ class TaskConfig:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise ConfigError("name", f"{self.name!r} must be a non-empty identifier (letters, digits, _ or -)")
         if self.primary_metric is None:
-            self.primary_metric = "f1" if self.kind == TAGGING else "accuracy"
-        allowed = (
-            ("f1", "f1_strict", "precision", "recall", "token_accuracy")
-            if self.kind == TAGGING
-            else ("accuracy", "macro_f1")
-        )
-        _choice("primary_metric", self.primary_metric, allowed)
+            self.primary_metric = DEFAULT_PRIMARY_METRIC[self.kind]
+        _choice("primary_metric", self.primary_metric, METRICS[self.kind])
         _positive("loss_weight", self.loss_weight, allow_zero=True)
         _positive("metric_weight", self.metric_weight, allow_zero=True)
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
@@ -338,5 +339,9 @@ class ExperimentConfig:
         out["tasks"] = [dataclasses.asdict(t) for t in self.tasks.values()]
         return out
 
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False), encoding="utf-8")
+        """Write the resolved config as YAML (whole or not at all)."""
+        atomic_write_text(path, self.to_yaml())

@@ -9,11 +9,9 @@ so ``--split validation`` on RUN/best reproduces RUN/best/info.json exactly. Wri
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,14 +19,16 @@ from typing import Any
 
 import torch
 
-from mtl_decoder.config import SPLITS, ExperimentConfig, TaskConfig
+from mtl_decoder.config import SPLITS, ExperimentConfig, TaskConfig, parse_task_names
+from mtl_decoder.data.tasks import Source, check_labels, load_split, source_key
 from mtl_decoder.errors import UserError, did_you_mean
 from mtl_decoder.evaluation.metrics import selection_score
-from mtl_decoder.evaluation.report import render_report, task_table
+from mtl_decoder.evaluation.report import render_report
 from mtl_decoder.evaluation.scoring import score_sources
 from mtl_decoder.evaluation.utilisation import COVERAGE, UtilisationTracker
-from mtl_decoder.pretrained import load_pretrained
-from mtl_decoder.tasks import Source, check_labels, load_split, source_key
+from mtl_decoder.files import atomic_write_text, check_writable_parent
+from mtl_decoder.inference import Predictor
+from mtl_decoder.saved import CONFIG_FILE, load_model
 
 METRICS_FILE = "metrics.json"
 REPORT_FILE = "report.md"
@@ -80,24 +80,25 @@ def evaluate(
     out_dir = Path(output_dir) if output_dir is not None else Path(model_dir) / f"eval-{split}"
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--output {out_dir}: exists and is not a directory")
-    pretrained = load_pretrained(model_dir, device)
-    cfg = pretrained.config
+    check_writable_parent(out_dir / METRICS_FILE, "--output")
+    saved = load_model(model_dir, device)
+    cfg = saved.config
     overrides = parse_data(data, list(cfg.tasks))
     names = select_tasks(tasks, overrides, list(cfg.tasks))
     task_cfgs = with_overrides(cfg, split, overrides)
     for name in names:
         if source_key(task_cfgs[name], split) is None:
             raise UserError(
-                f"task '{name}' has no '{split}' data in {Path(model_dir) / 'config.yaml'}: "
+                f"task '{name}' has no '{split}' data in {Path(model_dir) / CONFIG_FILE}: "
                 f"pass --data {name}=PATH or choose another --split"
             )
 
     sources = load_split(task_cfgs, split, names, repair_iob=cfg.data.repair_iob)
     for source in sources:
-        check_labels(source, pretrained.label_sets, split)
-    tracker = UtilisationTracker(pretrained.model, cfg.evaluation.position_buckets, cfg.evaluation.dead_expert_fraction)
-    predictor = pretrained.predictor(batch_size, precision)
-    scored = score_sources(predictor, sources, task_cfgs, pretrained.label_sets, names, tracker)
+        check_labels(source, saved.label_sets, split)
+    tracker = UtilisationTracker(saved.model, cfg.evaluation.position_buckets, cfg.evaluation.dead_expert_fraction)
+    predictor = Predictor.from_saved(saved, batch_size, precision)
+    scored = score_sources(predictor, sources, task_cfgs, saved.label_sets, names, tracker)
     task_metrics = {name: scored[name] for name in names}
 
     metrics = {
@@ -150,15 +151,9 @@ def parse_data(data: Mapping[str, str | Path] | Iterable[str] | None, known: lis
 
 def select_tasks(tasks: Iterable[str] | str | None, overrides: dict[str, str], known: list[str]) -> list[str]:
     """The tasks to evaluate, in the run's order. With --data and no --tasks: only the tasks --data names."""
-    if tasks is None:
+    wanted = parse_task_names(tasks, known)
+    if wanted is None:
         return [t for t in known if t in overrides] if overrides else list(known)
-    wanted = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t).strip() for t in tasks]
-    wanted = [t for t in wanted if t]
-    if not wanted:
-        raise UserError(f"--tasks is empty (tasks: {', '.join(known)})")
-    for task in wanted:
-        if task not in known:
-            raise UserError(f"--tasks: unknown task '{task}' (tasks: {', '.join(known)}){did_you_mean(task, known)}")
     left_out = [t for t in overrides if t not in wanted]
     if left_out:
         raise UserError(f"--data names task '{left_out[0]}', which --tasks leaves out")
@@ -213,32 +208,5 @@ def write_outputs(metrics: dict[str, Any], out_dir: Path) -> None:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = write_plots(metrics, out_dir / PLOTS_DIR)
-    _write_text(out_dir / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
-    _write_text(out_dir / REPORT_FILE, render_report(metrics, [p.relative_to(out_dir).as_posix() for p in plots]))
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-# ------------------------------------------------------------------------------------------------ CLI
-
-
-def evaluate_cli(args: argparse.Namespace) -> None:
-    """The ``evaluate`` subcommand: run, then print the per-task table and where the outputs went."""
-    result = evaluate(
-        args.model,
-        split=args.split,
-        tasks=args.tasks,
-        data=args.data or None,
-        output_dir=args.output,
-        batch_size=args.batch_size,
-        precision=args.precision,
-    )
-    for note in result.metrics["notes"]:
-        print(f"note: {note}")
-    print(f"wrote {result.output_dir / METRICS_FILE}, {REPORT_FILE} and {PLOTS_DIR}/")
-    print()
-    print("\n".join(task_table(result.metrics)))
+    atomic_write_text(out_dir / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
+    atomic_write_text(out_dir / REPORT_FILE, render_report(metrics, [p.relative_to(out_dir).as_posix() for p in plots]))

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mtl_decoder.model import SHARED
+from mtl_decoder.config import SHARED
 
 
 def _safe(name: str) -> str:

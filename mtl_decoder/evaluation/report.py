@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-TAGGING_COLUMNS = ("precision", "recall", "f1", "f1_strict", "token_accuracy")
-CLASSIFICATION_COLUMNS = ("accuracy", "macro_f1")
-TABLE_COLUMNS = (*TAGGING_COLUMNS, *CLASSIFICATION_COLUMNS)
+from mtl_decoder.config import CLASSIFICATION_METRICS, TAGGING_METRICS
+
+TABLE_COLUMNS = (*TAGGING_METRICS, *CLASSIFICATION_METRICS)
 
 
 def _fmt(value: Any, digits: int = 4) -> str:

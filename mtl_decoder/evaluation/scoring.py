@@ -1,4 +1,4 @@
-"""Predict a split's examples and score them: the shared core of validation and ``evaluate``."""
+"""Predict a split's examples and score them: the one loop behind training-time validation and ``evaluate``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ from collections.abc import Callable
 from typing import Any
 
 from mtl_decoder.config import TAGGING, TaskConfig
+from mtl_decoder.data.tasks import Example, Source
 from mtl_decoder.evaluation.metrics import task_metrics
 from mtl_decoder.inference import Prediction, Predictor
-from mtl_decoder.tasks import Example, Source
+
+Distribute = Callable[[list[Example], Callable[[list[Example]], list[Prediction]]], list[Prediction]]
+"""``distribute(examples, run)``: predictions for all ``examples`` in order, however they are computed. The
+default runs them here; training shards them across processes (each runs its share) and gathers."""
 
 
 def predict_examples(
@@ -32,12 +36,17 @@ def score_sources(
     label_sets: dict[str, list[str]],
     only: list[str] | None = None,
     on_batch: Callable | None = None,
+    distribute: Distribute | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Metrics per task for the sources of one split (each source predicted once for all its tasks)."""
     metrics: dict[str, dict[str, Any]] = {}
     for source in sources:
         names = [t.name for t in source.tasks if only is None or t.name in only]
-        preds = predict_examples(predictor, source.examples, names, on_batch)
+
+        def run(examples: list[Example], names: list[str] = names) -> list[Prediction]:
+            return predict_examples(predictor, examples, names, on_batch)
+
+        preds = run(source.examples) if distribute is None else distribute(source.examples, run)
         for name in names:
             gold, pred = gold_and_predicted(tasks[name], source.examples, preds)
             metrics[name] = task_metrics(tasks[name], gold, pred, label_sets[name])

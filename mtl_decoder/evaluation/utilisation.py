@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from mtl_decoder.model import SHARED, ExpertBlock, MTLDecoder, MTLOutput
+from mtl_decoder.config import SHARED
+from mtl_decoder.model import ExpertBlock, MTLDecoder, MTLOutput
 
 COVERAGE = (
     "real (non-pad) tokens, special tokens included, of the examples evaluated for the gate's own task; "

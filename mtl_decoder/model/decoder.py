@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mtl_decoder.config import CLASSIFICATION, TAGGING, ModelConfig
+from mtl_decoder.config import CLASSIFICATION, SHARED, TAGGING, ModelConfig
+from mtl_decoder.data.wordfeatures import N_CHAR_IDS, SHAPES
 from mtl_decoder.model.crf import CRF
-from mtl_decoder.model.experts import SHARED, ExpertBlock, ExpertGroup, Gate, RouteLayout
+from mtl_decoder.model.experts import ExpertBlock, ExpertGroup, Gate, RouteLayout
 from mtl_decoder.model.layers import Dropout, RotaryEmbedding, SelfAttention, SwiGLU, make_norm
-from mtl_decoder.wordfeatures import N_CHAR_IDS, SHAPES
 
 
 @dataclass(frozen=True)
@@ -95,11 +95,11 @@ class DecoderLayer(nn.Module):
         self.attn_norm = make_norm(cfg.norm, cfg.d_model)
         self.attn = SelfAttention(cfg.d_model, cfg.n_heads, causal=cfg.attention == "causal")
         self.ffn_norm = make_norm(cfg.norm, cfg.d_model)
-        if cfg.ffn == "mlp":
+        if not cfg.variant.gated:
             self.ffn = SwiGLU(cfg.d_model, cfg.mlp_width)
         else:
             self.ffn = ExpertBlock(
-                cfg.ffn,
+                cfg.variant,
                 tasks,
                 cfg.d_model,
                 cfg.n_shared_experts,
@@ -162,13 +162,6 @@ class MTLDecoder(nn.Module):
             if isinstance(layer.ffn, SwiGLU):
                 nn.init.zeros_(layer.ffn.down.weight)
 
-    @classmethod
-    def from_pretrained(cls, directory: str, device: torch.device | str | None = None) -> MTLDecoder:
-        """The model of a saved model directory (RUN/best); see mtl_decoder.load_pretrained for the tokenizer too."""
-        from mtl_decoder.pretrained import load_pretrained  # the directory format lives with the tokenizer code
-
-        return load_pretrained(directory, device).model
-
     @property
     def task_names(self) -> list[str]:
         return [t.name for t in self.tasks]
@@ -184,9 +177,10 @@ class MTLDecoder(nn.Module):
         """The rows each route takes: every example for ple/mlp; for cgc/mmoe only those a task asks for."""
         B = attention_mask.shape[0]
         everyone = torch.arange(B, device=attention_mask.device)
-        if self.cfg.ffn == "mlp":
+        variant = self.cfg.variant
+        if not variant.gated:
             return RouteLayout.build({SHARED: everyone}, attention_mask)
-        if self.cfg.ffn == "ple":  # the shared gate mixes every task's experts: all routes are needed
+        if variant.shared_route:  # the shared gate mixes every task's experts: all routes are needed
             return RouteLayout.build({**{t: everyone for t in self.task_names}, SHARED: everyone}, attention_mask)
         routes = {}
         for name in tasks:
@@ -196,7 +190,7 @@ class MTLDecoder(nn.Module):
         return RouteLayout.build(routes, attention_mask)
 
     def head_route(self, task: str) -> str:
-        return SHARED if self.cfg.ffn == "mlp" else task
+        return self.cfg.variant.head_route(task)
 
     # ---------------------------------------------------------------------------------- forward
 

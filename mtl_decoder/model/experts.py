@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-SHARED = "shared"
+from mtl_decoder.config import SHARED, VARIANTS, Variant
 
 
 @dataclass
@@ -28,7 +28,7 @@ class RouteLayout:
     """Where each route's rows and real tokens sit in the (N, T, C) residual streams."""
 
     names: list[str]
-    """Route names in row order (task names, and 'shared' last where there is a shared route)."""
+    """Route names in row order (task names, and SHARED where there is a shared route)."""
     row_example: torch.Tensor
     """(N,) the batch example each row belongs to."""
     row_bounds: list[tuple[int, int]]
@@ -131,11 +131,12 @@ def mix(weights: torch.Tensor, outputs: list[torch.Tensor]) -> torch.Tensor:
 
 
 class ExpertBlock(nn.Module):
-    """The 'ple', 'cgc' or 'mmoe' block of one layer; ``shared_gate`` is False in ple's last layer."""
+    """The expert block of one layer for a gated variant (ple, cgc, mmoe); ``shared_gate`` is False in ple's last
+    layer, where nothing reads the shared route after it."""
 
     def __init__(
         self,
-        variant: str,
+        variant: Variant | str,
         tasks: list[str],
         d_model: int,
         n_shared: int,
@@ -145,20 +146,20 @@ class ExpertBlock(nn.Module):
         shared_gate: bool,
     ):
         super().__init__()
-        self.variant = variant
+        self.variant = variant = VARIANTS[variant] if isinstance(variant, str) else variant
         self.shared = ExpertGroup(n_shared, d_model, hidden)
-        n_own = n_task if variant in ("ple", "cgc") else 0
+        n_own = n_task if variant.task_experts else 0
         self.task_experts = nn.ModuleDict({t: ExpertGroup(n_task, d_model, hidden) for t in tasks} if n_own else {})
         self.task_gates = nn.ModuleDict({t: Gate(d_model, n_own, n_shared, initial_shared_weight) for t in tasks})
         self.shared_gate = (
             Gate(d_model, n_own * len(tasks), n_shared, initial_shared_weight)
-            if variant == "ple" and shared_gate
+            if variant.shared_route and shared_gate
             else None
         )
 
     def forward(self, x: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """x: (M, C) packed normed tokens -> (M, C) block output, and each gate's (M_route, E) weights."""
-        if self.variant == "ple":
+        if self.variant.shared_route:
             return self._progressive(x, layout)
         return self._per_route(x, layout)
 
@@ -181,7 +182,7 @@ class ExpertBlock(nn.Module):
         x_shared = x[layout.tokens(SHARED)]
         y_shared = self.shared(x_shared)  # (Es, M, C)
         outs, gates, y_tasks = [], {}, []
-        for name in layout.names[:-1]:
+        for name in (n for n in layout.names if n != SHARED):
             x_route = x[layout.tokens(name)]
             y_task = self.task_experts[name](x_route)  # (Ek, M, C)
             weights = self.task_gates[name](x_route)

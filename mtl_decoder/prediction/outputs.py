@@ -9,11 +9,31 @@ indices (end exclusive) and the entity text is its tokens joined by spaces. Per 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from mtl_decoder.config import TAGGING
+from mtl_decoder.data.iob import entities
+from mtl_decoder.errors import UserError
 from mtl_decoder.inference import Prediction
-from mtl_decoder.iob import entities
+
+
+def errors_path(output: str | Path) -> Path:
+    """Where skipped records go: OUT.errors.jsonl for OUT.jsonl."""
+    output = Path(output)
+    return output.with_name((output.stem if output.suffix else output.name) + ".errors.jsonl")
+
+
+def check_targets(input_path: str | Path, targets: list[Path], force: bool) -> None:
+    """Refuse to overwrite an existing file without ``force``, and to write over the input."""
+    source = Path(input_path).resolve()
+    for target in targets:
+        if target.resolve() == source:
+            raise UserError(f"{target}: the output would overwrite the input")
+        if target.is_dir():
+            raise UserError(f"{target}: is a directory")
+        if target.exists() and not force:
+            raise UserError(f"{target}: already exists (use --force to overwrite)")
 
 
 def word_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -23,12 +23,13 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from mtl_decoder.errors import DataError, UserError, did_you_mean
+from mtl_decoder.config import parse_task_names
+from mtl_decoder.errors import DataError, UserError
+from mtl_decoder.files import AtomicFile
 from mtl_decoder.inference import Predictor
-from mtl_decoder.prediction.files import AtomicJsonl, check_targets, errors_path
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord, check_text, check_tokens
-from mtl_decoder.prediction.outputs import prediction_dict
-from mtl_decoder.pretrained import Pretrained, load_pretrained
+from mtl_decoder.prediction.outputs import check_targets, errors_path, prediction_dict
+from mtl_decoder.saved import SavedModel, load_model
 
 ON_ERROR = ("fail", "skip")
 PREDICTIONS = "predictions"
@@ -90,7 +91,7 @@ class PredictSummary:
 
 
 def predict_texts(
-    model: Pretrained | str | Path,
+    model: SavedModel | str | Path,
     items: Iterable[str | Sequence[str]],
     tasks: str | Sequence[str] | None = None,
     batch_size: int = 64,
@@ -102,9 +103,9 @@ def predict_texts(
     and the tasks are checked at once; a bad item (empty, not text, tokens not strings) raises UserError naming
     its index when the stream reaches it. ``precision``: fp32, bf16 or fp16 (GPUs); ``workers``: threads running
     batches side by side (see mtl_decoder.inference.Predictor)."""
-    pretrained = _load(model, device)
-    names = resolve_tasks(pretrained, tasks)
-    predictor = pretrained.predictor(_check_batch_size(batch_size), precision, workers)
+    saved = _load(model, device)
+    names = resolve_tasks(saved, tasks)
+    predictor = Predictor.from_saved(saved, _check_batch_size(batch_size), precision, workers)
     return _predict_items(predictor, items, names)
 
 
@@ -137,7 +138,7 @@ def _item_problem(item: Any) -> str | None:
 
 
 def predict_file(
-    model: Pretrained | str | Path,
+    model: SavedModel | str | Path,
     input: str | Path,
     output: str | Path,
     *,
@@ -162,12 +163,12 @@ def predict_file(
     output = Path(output)
     errors = errors_path(output) if on_error == "skip" else None
     check_targets(input, [output] + ([errors] if errors else []), force)
-    pretrained = _load(model, device)
-    names = resolve_tasks(pretrained, tasks)
-    predictor = pretrained.predictor(batch_size, precision, workers)
+    saved = _load(model, device)
+    names = resolve_tasks(saved, tasks)
+    predictor = Predictor.from_saved(saved, batch_size, precision, workers)
     summary = PredictSummary(str(input), str(output), None if errors is None else str(errors), precision=precision)
     show = sys.stderr.isatty() if progress is None else progress
-    with AtomicJsonl(output) as out, AtomicJsonl(errors) if errors else nullcontext() as bad:
+    with AtomicFile(output) as out, AtomicFile(errors) if errors else nullcontext() as bad:
         _stream(predictor, reader, names, out, bad, summary, show)
         summary.empty_lines = reader.empty_lines
         if bad is not None:
@@ -180,8 +181,8 @@ def _stream(
     predictor: Predictor,
     reader: InputReader,
     tasks: list[str],
-    out: AtomicJsonl,
-    bad: AtomicJsonl | None,
+    out: AtomicFile,
+    bad: AtomicFile | None,
     summary: PredictSummary,
     progress: bool,
 ) -> None:
@@ -202,7 +203,7 @@ def _stream(
     with tqdm(desc="predict", unit=" rec", disable=not progress, delay=1.0, mininterval=0.5, file=sys.stderr) as bar:
         for pred in predictor.predict(items(), tasks):
             record = pending.popleft()
-            out.write({**record.fields, PREDICTIONS: prediction_dict(pred, record.item, tasks, predictor.kinds)})
+            out.write_json({**record.fields, PREDICTIONS: prediction_dict(pred, record.item, tasks, predictor.kinds)})
             summary.predicted += 1
             summary.tokens += len(pred.words)
             summary.truncated += pred.truncated
@@ -211,7 +212,7 @@ def _stream(
     summary.seconds = perf_counter() - start
 
 
-def _set_aside(record: BadRecord, path: str, bad: AtomicJsonl | None) -> None:
+def _set_aside(record: BadRecord, path: str, bad: AtomicFile | None) -> None:
     """Fail mode (no errors file): raise the record's DataError; skip mode: write it to the errors file."""
     if bad is None:
         raise DataError(path, record.line, record.reason, record.field)
@@ -220,52 +221,25 @@ def _set_aside(record: BadRecord, path: str, bad: AtomicJsonl | None) -> None:
         entry["reason"] = f"field '{record.field}': {record.reason}"
         entry["field"] = record.field
     entry["raw"] = record.raw
-    bad.write(entry)
+    bad.write_json(entry)
 
 
 # ---------------------------------------------------------------------------------------------- shared
 
 
-def resolve_tasks(pretrained: Pretrained, tasks: str | Sequence[str] | None) -> list[str]:
+def resolve_tasks(saved: SavedModel, tasks: str | Sequence[str] | None) -> list[str]:
     """The tasks to predict: all of the model's, or the given names (a list or a comma-separated string)."""
-    known = pretrained.model.task_names
-    if tasks is None:
-        return list(known)
-    names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t).strip() for t in tasks]
-    names = list(dict.fromkeys(n for n in names if n))
-    if not names:
-        raise UserError("--tasks: no task names given")
-    for name in names:
-        if name not in known:
-            raise UserError(f"unknown task '{name}'{did_you_mean(name, known)}; the model has {', '.join(known)}")
-    return names
+    known = saved.model.task_names
+    return parse_task_names(tasks, known) or list(known)
 
 
-def _load(model: Pretrained | str | Path, device: str | torch.device | None) -> Pretrained:
-    if isinstance(model, Pretrained):
+def _load(model: SavedModel | str | Path, device: str | torch.device | None) -> SavedModel:
+    if isinstance(model, SavedModel):
         return model
-    return load_pretrained(model, device)
+    return load_model(model, device)
 
 
 def _check_batch_size(batch_size: int) -> int:
     if not isinstance(batch_size, int) or batch_size < 1:
         raise UserError(f"batch size must be a positive integer, got {batch_size!r}")
     return batch_size
-
-
-def predict_cli(args) -> None:
-    """``mtl-decoder predict``: predict_file with the command's flags, then the summary."""
-    summary = predict_file(
-        args.model,
-        args.input,
-        args.output,
-        tasks=args.tasks,
-        fmt=args.format,
-        text_column=args.text_column,
-        batch_size=args.batch_size,
-        on_error=args.on_error,
-        force=args.force,
-        precision=args.precision,
-        workers=args.workers,
-    )
-    print(summary.report())

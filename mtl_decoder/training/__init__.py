@@ -1,5 +1,6 @@
 """Training with HF Accelerate: loss balancing, validation and selection, checkpoints and resume."""
 
-from mtl_decoder.training.trainer import TrainResult, train
+from mtl_decoder.training.state import TrainResult
+from mtl_decoder.training.trainer import train
 
 __all__ = ["TrainResult", "train"]

@@ -1,30 +1,30 @@
 """Resumable checkpoints: Accelerate's ``save_state`` into a temporary folder, renamed into place only once
-complete, so a kill mid-save never leaves a corrupt 'latest'; the newest K are kept."""
+complete, so a kill mid-save never leaves a corrupt 'latest'; the newest K are kept.
+
+Every checkpoint lists its files with their sizes and SHA-256 in ``trainer_state.json``; a resume first checks
+them, so a damaged checkpoint (an emptied RNG state, a truncated optimizer state) is an error naming the file,
+never a silent partial restore.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from accelerate import Accelerator
 
 from mtl_decoder.errors import UserError
+from mtl_decoder.files import atomic_write_json, remove, stale_temporaries_in, temporary_sibling
 
 STATE_FILE = "trainer_state.json"
 PREFIX = "step-"
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def checkpoint_dirs(root: Path) -> list[Path]:
-    """Complete checkpoints, oldest first (a folder is complete when its name has no temporary prefix)."""
+    """Complete checkpoints, oldest first (a folder is complete when it has its state file)."""
     if not root.is_dir():
         return []
     done = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / STATE_FILE).is_file()]
@@ -36,31 +36,81 @@ def latest_checkpoint(root: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
+    return {
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != STATE_FILE
+    }
+
+
 def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict[str, Any], keep: int) -> Path:
     """Save model, optimizer and RNG states (Accelerate) plus our JSON trainer state; all processes call it."""
     final = root / f"{PREFIX}{step:07d}"
-    tmp = root / f".tmp-{PREFIX}{step:07d}"
+    tmp = root / f".{final.name}.tmp"
     if accelerator.is_main_process:
         root.mkdir(parents=True, exist_ok=True)
-        for stale in root.glob(".tmp-*"):  # left by a run killed mid-save
-            shutil.rmtree(stale, ignore_errors=True)
+        for stale in stale_temporaries_in(root):  # left by a run killed mid-save
+            remove(stale)
+        tmp = temporary_sibling(final)
+    tmp = Path(accelerator_broadcast_path(accelerator, str(tmp)))
     accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        write_json_atomic(tmp / STATE_FILE, state)
+        atomic_write_json(tmp / STATE_FILE, {**state, "files": file_manifest(tmp)})
         if final.exists():
-            shutil.rmtree(final)
+            remove(final)
         os.replace(tmp, final)
         for old in checkpoint_dirs(root)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            remove(old)
     accelerator.wait_for_everyone()
     return final
 
 
+def accelerator_broadcast_path(accelerator: Accelerator, path: str) -> str:
+    """The main process's ``path`` on every process (the temporary name carries its pid)."""
+    if accelerator.num_processes == 1:
+        return path
+    from accelerate.utils import broadcast_object_list
+
+    holder = [path]
+    broadcast_object_list(holder, from_process=0)
+    return holder[0]
+
+
+def verify_checkpoint(path: Path) -> dict[str, Any]:
+    """The trainer state of a complete, undamaged checkpoint; a UserError naming the first bad file otherwise."""
+    state_file = path / STATE_FILE
+    if not state_file.is_file():
+        raise UserError(f"{path}: not a complete checkpoint (no {STATE_FILE})")
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise UserError(f"{state_file}: unreadable ({err})") from None
+    for name, expected in state.get("files", {}).items():
+        file = path / name
+        if not file.is_file():
+            raise UserError(f"{file}: missing from the checkpoint; cannot resume from {path}")
+        if file.stat().st_size != expected["bytes"] or _sha256(file) != expected["sha256"]:
+            raise UserError(f"{file}: damaged (size or checksum differs from when it was saved); cannot resume")
+    return state
+
+
 def load_checkpoint(accelerator: Accelerator, path: Path) -> dict[str, Any]:
     """Restore a checkpoint written by ``save_checkpoint``; returns the trainer state."""
-    if not (path / STATE_FILE).is_file():
-        raise UserError(f"{path}: not a complete checkpoint (no {STATE_FILE})")
-    accelerator.load_state(str(path))
-    return json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+    state = verify_checkpoint(path)
+    try:
+        accelerator.load_state(str(path))
+    except Exception as err:  # a state Accelerate or torch cannot read: the run cannot go on from it
+        raise UserError(f"{path}: cannot restore the checkpoint ({type(err).__name__}: {err})") from None
+    state.pop("files", None)
+    return state

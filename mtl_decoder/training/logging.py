@@ -11,10 +11,10 @@ from typing import Any
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
-from mtl_decoder.config import ExperimentConfig
+from mtl_decoder.config import METRICS, ExperimentConfig
+from mtl_decoder.files import atomic_write_text
 from mtl_decoder.model.experts import shared_logit_bias
-
-METRICS_FILE = "metrics.jsonl"
+from mtl_decoder.training.state import TrainResult
 
 
 def start_banner(
@@ -38,11 +38,11 @@ def start_banner(
     ]
     for name, task in cfg.tasks.items():
         lines.append(f"task {name} ({task.kind}): {len(label_sets[name])} labels, primary metric {task.primary_metric}")
-    if m.ffn in ("ple", "cgc"):
+    if m.variant.task_experts:
         p, n_own = m.initial_shared_weight, m.n_task_experts
         bias = shared_logit_bias(p, n_own, m.n_shared_experts)
         line = f"gate bias init: shared-expert logits {bias:+.3f} -> task gates put {p:.0%} on the shared experts"
-        if m.ffn == "ple":  # the shared gate's own experts are every task's experts
+        if m.variant.shared_route:  # the shared gate's own experts are every task's experts
             shared = shared_logit_bias(p, n_own * len(cfg.tasks), m.n_shared_experts)
             line += f" (shared gate: {shared:+.3f}, also {p:.0%})"
         lines.append(line)
@@ -64,10 +64,10 @@ class _NoBar:
 
 
 class RunLogger:
-    def __init__(self, accelerator: Accelerator, run_dir: Path, config: ExperimentConfig, progress: bool = True):
-        self.acc, self.run_dir, self.progress_enabled = accelerator, run_dir, progress
+    def __init__(self, accelerator: Accelerator, metrics_file: Path, config: ExperimentConfig, progress: bool = True):
+        self.acc, self.progress_enabled = accelerator, progress
         self.main = accelerator.is_main_process
-        self.path = run_dir / METRICS_FILE
+        self.path = metrics_file
         self._losses: dict[str, list[float]] = {}
         self._weights: dict[str, float] = {}
         self._grad_norms: list[float] = []
@@ -94,7 +94,6 @@ class RunLogger:
         if not self.main:
             return
         if self._file is None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
@@ -108,7 +107,7 @@ class RunLogger:
             for line in self.path.read_text(encoding="utf-8").splitlines()
             if line.strip() and json.loads(line).get("step", 0) <= step
         ]
-        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     # ---------------------------------------------------------------------------------------------- records
 
@@ -152,7 +151,7 @@ class RunLogger:
         ]
         self.info(f"step {step}: validation {'  '.join(parts)}  score {score:.4f}{'  (best)' if improved else ''}")
 
-    def summary(self, result, config: ExperimentConfig) -> None:
+    def summary(self, result: TrainResult, config: ExperimentConfig) -> None:
         if not self.main:
             return
         why = {"done": "", "early_stopping": " (early stop)", "time_budget": " (time budget)"}[result.stop_reason]
@@ -161,22 +160,9 @@ class RunLogger:
             f"tokens/s; best at step {result.best_step} (score {result.best_score:.4f}) -> {result.best_dir}"
         ]
         for task, m in result.best_metrics.items():
-            kind = config.tasks[task].kind
-            keys = ("precision", "recall", "f1", "f1_strict") if kind == "token_tagging" else ("accuracy", "macro_f1")
+            keys = [k for k in METRICS[config.tasks[task].kind] if k != "token_accuracy"]
             lines.append(f"  {task:<20} " + "  ".join(f"{k} {m[k]:.4f}" for k in keys))
         self.banner(lines)
-        summary = {
-            "best_step": result.best_step,
-            "best_score": result.best_score,
-            "steps": result.steps,
-            "stopped_early": result.stopped_early,
-            "stop_reason": result.stop_reason,
-            "wall_time_s": result.wall_time_s,
-            "tokens_per_s": result.tokens_per_s,
-            "parameters": result.parameters,
-            "validation": result.best_metrics,
-        }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
 
     def close(self) -> None:
         if self._file is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,10 +10,11 @@ import torch
 from torch import nn
 
 from mtl_decoder.config import ExperimentConfig, TrainingConfig
-from mtl_decoder.data import EncodedExample, MultiTaskDataset, encode_example
-from mtl_decoder.pretrained import LABELS_FILE
-from mtl_decoder.tasks import Source, check_labels, infer_labels, load_split
-from mtl_decoder.tokenization import TOKENIZER_FILE, TextEncoder, load_pretrained_tokenizer, train_tokenizer
+from mtl_decoder.data.batching import EncodedExample, MultiTaskDataset, encode_example
+from mtl_decoder.data.tasks import Source, check_labels, infer_labels, load_split
+from mtl_decoder.data.tokenization import TextEncoder, load_pretrained_tokenizer, train_tokenizer
+from mtl_decoder.model.crf import CRF
+from mtl_decoder.model.experts import Gate
 
 
 @dataclass
@@ -28,12 +28,13 @@ class RunData:
     """Human-readable lines: examples per source, skipped empty lines, repaired tags, truncations."""
 
 
-def read_data(cfg: ExperimentConfig, run_dir: Path) -> tuple[list[Source], list[Source], dict[str, list[str]]]:
-    """Train and validation sources, checked, with label sets (from the run directory when resuming)."""
+def read_data(
+    cfg: ExperimentConfig, stored_labels: dict[str, list[str]] | None = None
+) -> tuple[list[Source], list[Source], dict[str, list[str]]]:
+    """Train and validation sources, checked, with label sets (a resumed run's own, else inferred from train)."""
     train = load_split(cfg.tasks, "train", repair_iob=cfg.data.repair_iob)
-    saved = run_dir / LABELS_FILE
-    if saved.is_file():
-        label_sets = json.loads(saved.read_text(encoding="utf-8"))
+    if stored_labels is not None:
+        label_sets = stored_labels
     else:
         label_sets = {t.name: infer_labels(t, s.examples) for s in train for t in s.tasks}
     for source in train:
@@ -44,11 +45,10 @@ def read_data(cfg: ExperimentConfig, run_dir: Path) -> tuple[list[Source], list[
     return train, validation, label_sets
 
 
-def make_tokenizer(cfg: ExperimentConfig, train: list[Source], run_dir: Path):
-    """The run's tokenizer: the one saved in the run directory, a pretrained one, or trained on train texts."""
-    saved = run_dir / TOKENIZER_FILE
-    if saved.is_file():
-        return load_pretrained_tokenizer(str(saved))
+def make_tokenizer(cfg: ExperimentConfig, train: list[Source], stored: Path | None = None):
+    """The run's tokenizer: a resumed run's own, a pretrained one, or one trained on the train texts."""
+    if stored is not None:
+        return load_pretrained_tokenizer(str(stored))
     if cfg.tokenizer.kind == "pretrained":
         return load_pretrained_tokenizer(cfg.tokenizer.pretrained)
     texts = (ex.words if ex.words is not None else ex.text for s in train for ex in s.examples)
@@ -79,17 +79,21 @@ def encode_sources(
     return encoded, report
 
 
+NO_DECAY_MODULES = (nn.LayerNorm, nn.RMSNorm, Gate, CRF)
+"""Modules none of whose parameters decay: norms, gates (their bias holds the shared-expert prior), CRF scores."""
+
+
 def parameter_groups(model: nn.Module, extra: nn.Module | None, weight_decay: float) -> list[dict]:
-    """Weight decay on matrices only: not on norms, biases, gates (their bias holds the shared-expert prior) or
-    CRF transitions."""
+    """Weight decay on weight matrices only, chosen by the module that owns a parameter and its shape, never by
+    its name: no decay inside NO_DECAY_MODULES, on biases and other vectors, nor on ``extra`` (the balancer)."""
+    exempt = {id(p) for m in model.modules() if isinstance(m, NO_DECAY_MODULES) for p in m.parameters()}
+    if extra is not None:
+        exempt |= {id(p) for p in extra.parameters()}
     decay, no_decay = [], []
-    modules = [("", model)] + ([("balancer.", extra)] if extra is not None else [])
-    for prefix, module in modules:
-        for name, p in module.named_parameters(prefix=prefix.rstrip(".")):
-            if not p.requires_grad:
-                continue
-            plain = p.dim() >= 2 and "gate" not in name and "crfs" not in name and not name.startswith("balancer")
-            (decay if plain else no_decay).append(p)
+    for module in [model] + ([extra] if extra is not None else []):
+        for p in module.parameters():
+            if p.requires_grad:
+                (no_decay if id(p) in exempt or p.dim() < 2 else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 

@@ -1,16 +1,19 @@
 """The training recipe: setup -> train -> save -> cleanup, on one CPU, one GPU or many processes (Accelerate).
 
-mtl-decoder train --config configs/demo.yaml [--output-dir DIR] [--resume] [key=value ...]
+    mtl-decoder train --config configs/demo.yaml [--output-dir DIR] [--resume | --overwrite] [key=value ...]
+
+``setup`` checks everything that can be checked cheaply first (the run folder, a resume's config), then reads
+the data (bad data fails before anything is written), builds the model and restores a checkpoint; ``train``
+steps, validates and checkpoints; ``save`` makes sure the last state is validated and writes the summary.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
-import json
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +23,22 @@ from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import gather_object, set_seed
 
 from mtl_decoder.config import ExperimentConfig, load_config
-from mtl_decoder.data import MultiTaskBatchSampler, MultiTaskDataset, collator_for, drop_words
+from mtl_decoder.data.batching import MultiTaskBatchSampler, MultiTaskDataset, collator_for, drop_words
+from mtl_decoder.data.tasks import Example
+from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.errors import UserError
-from mtl_decoder.evaluation.metrics import selection_score, task_metrics
-from mtl_decoder.evaluation.scoring import gold_and_predicted, predict_examples
-from mtl_decoder.inference import Predictor
-from mtl_decoder.pretrained import CONFIG_FILE, LABELS_FILE, build_model, default_device, save_pretrained
-from mtl_decoder.tokenization import TextEncoder
+from mtl_decoder.evaluation.metrics import selection_score
+from mtl_decoder.evaluation.scoring import score_sources
+from mtl_decoder.inference import Prediction, Predictor
+from mtl_decoder.model import build_model
+from mtl_decoder.runtime import default_device
+from mtl_decoder.saved import save_model
 from mtl_decoder.training.balancing import LossBalancer
 from mtl_decoder.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from mtl_decoder.training.logging import RunLogger, start_banner
 from mtl_decoder.training.memory import keep_freed_memory
+from mtl_decoder.training.resume import check_resume_changes
+from mtl_decoder.training.run_dir import RunDirectory
 from mtl_decoder.training.setup import (
     RunData,
     encode_sources,
@@ -40,6 +48,33 @@ from mtl_decoder.training.setup import (
     parameter_groups,
     read_data,
 )
+from mtl_decoder.training.state import TrainResult, TrainState
+
+__all__ = ["NonFiniteLoss", "TrainResult", "Trainer", "train"]
+
+
+class NonFiniteLoss(UserError):
+    """A task's loss became NaN or infinite: the run stops, the last good checkpoint stays."""
+
+
+def train(
+    config: ExperimentConfig | str | Path,
+    overrides: list[str] = (),
+    output_dir: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> TrainResult:
+    """Train a multi-task model; returns where the best model went and its validation metrics. ``config`` is not
+    modified (``output_dir`` overrides training.output_dir in the run's own copy)."""
+    if not isinstance(config, ExperimentConfig):
+        config = load_config(config, list(overrides))
+    trainer = Trainer(config, output_dir, resume=resume, overwrite=overwrite)
+    try:
+        trainer.setup()
+        trainer.train()
+        return trainer.save()
+    finally:
+        trainer.cleanup()
 
 
 def _multi_process_cpu() -> bool:
@@ -49,108 +84,82 @@ def _multi_process_cpu() -> bool:
     return several and default_device().type == "cpu"
 
 
-class NonFiniteLoss(UserError):
-    """A task's loss became NaN or infinite: the run stops, the last good checkpoint stays."""
-
-
-@dataclass
-class TrainResult:
-    output_dir: Path
-    best_dir: Path
-    best_step: int
-    best_score: float
-    best_metrics: dict[str, dict[str, Any]]
-    steps: int
-    stopped_early: bool
-    wall_time_s: float
-    """Training wall time: steps and validations, summed over resumed sessions."""
-    tokens_per_s: float = 0.0
-    """Real (non-pad) training tokens per second of training steps, all processes together."""
-    parameters: int = 0
-    stop_reason: str = "done"
-    """'done', 'early_stopping' or 'time_budget'."""
-
-
-def train(
-    config: ExperimentConfig | str | Path,
-    overrides: list[str] = (),
-    output_dir: str | Path | None = None,
-    resume: bool = False,
-) -> TrainResult:
-    """Train a multi-task model; returns where the best model went and its validation metrics."""
-    if not isinstance(config, ExperimentConfig):
-        config = load_config(config, list(overrides))
-    trainer = Trainer(config, output_dir, resume)
-    try:
-        return trainer.fit()
-    finally:
-        trainer.cleanup()
-
-
 class Trainer:
-    def __init__(self, config: ExperimentConfig, output_dir: str | Path | None = None, resume: bool = False):
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        output_dir: str | Path | None = None,
+        resume: bool = False,
+        overwrite: bool = False,
+    ):
+        if output_dir is not None:  # the run's own copy: the caller's config is left as it was
+            config = dataclasses.replace(
+                config, training=dataclasses.replace(config.training, output_dir=str(output_dir))
+            )
+        if resume and overwrite:
+            raise UserError("--resume continues a run and --overwrite starts it over: choose one")
         self.cfg = config
-        if output_dir is not None:
-            config.training.output_dir = str(output_dir)
-        self.run_dir = Path(config.training.output_dir)
-        tcfg = config.training
-        ddp = DistributedDataParallelKwargs(find_unused_parameters=True)  # cgc/mmoe: absent routes skip experts
-        tracker = "tensorboard" if importlib.util.find_spec("tensorboard") else None
-        self.accelerator = Accelerator(
-            cpu=_multi_process_cpu(),
-            mixed_precision=tcfg.mixed_precision,
-            gradient_accumulation_steps=tcfg.grad_accum_steps,
-            log_with=tracker,
-            kwargs_handlers=[ddp],
-            project_dir=str(self.run_dir),
-        )
-        self.resume_from = self._resume_path(resume)
-        keep_freed_memory()  # large gradient tensors are allocated afresh every step
-        set_seed(tcfg.seed)
-        self.data = self._setup_data()  # first: bad data fails before anything is written
-        self.log = RunLogger(self.accelerator, self.run_dir, config, progress=tcfg.progress)
-        self._setup_model()
-        self.state: dict[str, Any] = {
-            "train_seconds": 0.0,
-            "validation_seconds": 0.0,
-            "tokens": 0,
-            "step": 0,
-            "epoch": 0,
-            "batches_in_epoch": 0,
-            "best_score": -math.inf,
-            "best_step": 0,
-            "best_metrics": {},
-            "bad_validations": 0,
-            "validations": [],
-        }
-        if self.resume_from is not None:
-            self._restore(self.resume_from)
+        self.run = RunDirectory(config.training.output_dir)
+        self.resume, self.overwrite = resume or bool(config.training.resume_from), overwrite
+        self.state = TrainState()
+        self.accelerator: Accelerator | None = None
+        self.log: RunLogger | None = None
 
     # ------------------------------------------------------------------------------------------------ setup
 
-    def _resume_path(self, resume: bool) -> Path | None:
+    def setup(self) -> None:
+        cfg = self.cfg
+        ddp = DistributedDataParallelKwargs(find_unused_parameters=True)  # cgc/mmoe: absent routes skip experts
+        tracker = "tensorboard" if importlib.util.find_spec("tensorboard") else None
+        self.accelerator = acc = Accelerator(
+            cpu=_multi_process_cpu(),
+            mixed_precision=cfg.training.mixed_precision,
+            gradient_accumulation_steps=cfg.training.grad_accum_steps,
+            log_with=tracker,
+            kwargs_handlers=[ddp],
+            project_dir=str(self.run.path),
+        )
+        checkpoint, honoured, to_remove = None, {}, []
+        if self.resume:  # everything a resume needs is checked before anything is read or written
+            checkpoint = self._checkpoint_to_resume()
+            honoured = check_resume_changes(self.run.stored_config(), cfg.to_dict(), str(self.run.config))
+        else:
+            to_remove = self.run.check_fresh(self.overwrite)
+        acc.wait_for_everyone()  # every process has looked at the folder before the main one writes to it
+        if cfg.training.keep_freed_memory:
+            keep_freed_memory()
+        set_seed(cfg.training.seed)  # the same initial weights on every process (DDP also broadcasts them)
+        self.data = self._setup_data(resumed=checkpoint is not None, to_remove=to_remove)
+        self.log = RunLogger(acc, self.run.metrics, cfg, progress=cfg.training.progress)
+        self._setup_model()
+        # Dropout and word dropout draw from torch's RNG: a different stream on every process, or every
+        # process would drop the same units of its different examples.
+        set_seed(cfg.training.seed, device_specific=True)
+        if checkpoint is not None:
+            self._restore(checkpoint, honoured)
+
+    def _checkpoint_to_resume(self) -> Path:
         explicit = self.cfg.training.resume_from
         if explicit:
             return Path(explicit)
-        if resume:
-            found = latest_checkpoint(self.run_dir / "checkpoints")
-            if found is None:
-                raise UserError(f"--resume: no complete checkpoint in {self.run_dir / 'checkpoints'}")
-            return found
-        if (self.run_dir / CONFIG_FILE).is_file():
-            raise UserError(f"{self.run_dir} already holds a run: use --resume to continue it, or another --output-dir")
-        return None
+        self.run.check_resumable()
+        found = latest_checkpoint(self.run.checkpoints)
+        if found is None:
+            raise UserError(f"--resume: no complete checkpoint in {self.run.checkpoints}")
+        return found
 
-    def _setup_data(self) -> RunData:
+    def _setup_data(self, resumed: bool, to_remove: list[Path]) -> RunData:
         cfg, acc = self.cfg, self.accelerator
-        train, validation, label_sets = read_data(cfg, self.run_dir)
+        stored_labels = self.run.stored_labels() if resumed else None
+        train, validation, label_sets = read_data(cfg, stored_labels)
         with acc.main_process_first():  # the main process trains and saves the tokenizer, the others load it
-            encoder = TextEncoder(make_tokenizer(cfg, train, self.run_dir), cfg.data.max_length)
-            if acc.is_main_process:
-                self.run_dir.mkdir(parents=True, exist_ok=True)
-                encoder.save(self.run_dir)
-                (self.run_dir / LABELS_FILE).write_text(json.dumps(label_sets, indent=2), encoding="utf-8")
-                cfg.save(self.run_dir / CONFIG_FILE)
+            stored_tokenizer = self.run.tokenizer if resumed or not acc.is_main_process else None
+            encoder = TextEncoder(make_tokenizer(cfg, train, stored_tokenizer), cfg.data.max_length)
+            if acc.is_main_process and not resumed:
+                self.run.claim(to_remove)
+                encoder.save(self.run.path)
+                self.run.write_labels(label_sets)
+                self.run.write_config(cfg.to_yaml())
         kinds = {name: t.kind for name, t in cfg.tasks.items()}
         encoded, report = encode_sources(train, encoder, label_sets, kinds)
         return RunData(train, validation, label_sets, encoder, MultiTaskDataset(encoded), report)
@@ -180,19 +189,34 @@ class Trainer:
         self.steps_per_epoch = max(1, len(self.loader) // cfg.training.grad_accum_steps)
         self.total_steps = cfg.training.max_steps or cfg.training.epochs * self.steps_per_epoch
         self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.training, self.total_steps))
+        self.lr_factor = lr_lambda(cfg.training, self.total_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor)
 
-    def _restore(self, path: Path) -> None:
+    def _restore(self, path: Path, honoured: dict[str, tuple]) -> None:
         state = load_checkpoint(self.accelerator, path)
         self.balancer.load(state.pop("balancer"))
         self.scheduler.load_state_dict(state.pop("scheduler"))
-        self.state.update(state)
-        self.log.truncate_after(self.state["step"])
-        self.log.info(f"resumed from {path} at step {self.state['step']} (epoch {self.state['epoch'] + 1})")
+        self.state = TrainState.from_dict(state)
+        if "training.lr" in honoured:  # the schedule keeps its shape around the new peak, from this step on
+            lr = self.cfg.training.lr
+            self.scheduler.base_lrs = [lr for _ in self.optimizer.param_groups]
+            for group in self.optimizer.param_groups:
+                group["initial_lr"] = lr
+                group["lr"] = lr * self.lr_factor(self.scheduler.last_epoch)
+        self.state.resumed_from.append(self.state.step)
+        self.log.truncate_after(self.state.step)
+        if self.accelerator.is_main_process:
+            self.run.write_config(self.cfg.to_yaml())  # only now that the checkpoint restored
+        changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in honoured.items())
+        self.log.info(
+            f"resumed from {path} at step {self.state.step} (epoch {self.state.epoch + 1})"
+            + (f"; changed: {changed}" if changed else "")
+        )
 
     # ------------------------------------------------------------------------------------------------ train
 
-    def fit(self) -> TrainResult:
+    def train(self) -> None:
+        """Step until the step budget, patience or training.max_minutes runs out, validating along the way."""
         model = self.accelerator.unwrap_model(self.model)
         self.log.banner(
             start_banner(
@@ -207,39 +231,22 @@ class Trainer:
         )
         st = self.state
         patience = self.cfg.training.patience
-        self.stop_reason = "early_stopping" if patience and st["bad_validations"] >= patience else "done"
-        while st["epoch"] < self.epochs and st["step"] < self.total_steps and self.stop_reason == "done":
-            self._run_epoch(st["epoch"])
-            if st["batches_in_epoch"] >= len(self.loader):  # the epoch ran to its end
+        if patience and st.bad_validations >= patience:
+            st.stop_reason = "early_stopping"
+        while st.epoch < self.epochs and st.step < self.total_steps and st.stop_reason == "done":
+            self._run_epoch(st.epoch)
+            if st.batches_in_epoch >= len(self.loader):  # the epoch ran to its end
                 self.balancer.end_epoch()
-                st["epoch"], st["batches_in_epoch"] = st["epoch"] + 1, 0
-                if self.cfg.training.eval_every == 0 and not self._validated_at_this_step():
+                st.epoch, st.batches_in_epoch = st.epoch + 1, 0
+                if self.cfg.training.eval_every == 0 and not st.validated_at_this_step():
                     self._validate_and_checkpoint()
-        if not self._validated_at_this_step():
-            self._validate_and_checkpoint()
-        train_s = st["train_seconds"]
-        result = TrainResult(
-            self.run_dir,
-            self.run_dir / "best",
-            st["best_step"],
-            st["best_score"],
-            st["best_metrics"],
-            st["step"],
-            self.stop_reason == "early_stopping",
-            train_s + st["validation_seconds"],
-            st["tokens"] * self.accelerator.num_processes / train_s if train_s else 0.0,
-            self.accelerator.unwrap_model(self.model).num_parameters(),
-            self.stop_reason,
-        )
-        self.log.summary(result, self.cfg)
-        return result
 
     def _over_time_budget(self) -> bool:
         """Whether training.max_minutes is spent (steps and validations); every process gets the same answer."""
         budget = self.cfg.training.max_minutes
         if budget is None:
             return False
-        spent = self.state["train_seconds"] + self.state["validation_seconds"]
+        spent = self.state.train_seconds + self.state.validation_seconds
         over = torch.tensor(float(spent > budget * 60), device=self.accelerator.device)
         if self.accelerator.num_processes > 1:
             over = self.accelerator.reduce(over, "max")
@@ -250,36 +257,36 @@ class Trainer:
         st = self.state
         self.sampler.set_epoch(epoch)
         self.loader.set_epoch(epoch)
-        loader = skip_first_batches(self.loader, st["batches_in_epoch"]) if st["batches_in_epoch"] else self.loader
+        loader = skip_first_batches(self.loader, st.batches_in_epoch) if st.batches_in_epoch else self.loader
         self.sampler.set_epoch(epoch)
-        bar = self.log.progress(len(self.loader), st["batches_in_epoch"], f"epoch {epoch + 1}/{self.epochs}")
+        bar = self.log.progress(len(self.loader), st.batches_in_epoch, f"epoch {epoch + 1}/{self.epochs}")
         tick = time.perf_counter()
         for batch in loader:  # train_seconds counts loading and steps; validation time is counted apart
-            st["batches_in_epoch"] += 1
+            st.batches_in_epoch += 1
             synced = self._train_step(batch)
-            st["tokens"] += int(batch["attention_mask"].sum())
+            st.tokens += int(batch["attention_mask"].sum())
             bar.update(1)
             now = time.perf_counter()
-            st["train_seconds"] += now - tick
+            st.train_seconds += now - tick
             tick = now
             if not synced:
                 continue
-            st["step"] += 1
+            st.step += 1
             self.scheduler.step()
-            if st["step"] % self.cfg.training.log_every == 0:
-                self.log.train_step(st["step"], epoch, self.scheduler.get_last_lr()[0], self.balancer, bar)
-            last = st["step"] >= self.total_steps
+            if st.step % self.cfg.training.log_every == 0:
+                self.log.train_step(st.step, epoch, self.scheduler.get_last_lr()[0], self.balancer, bar)
+            last = st.step >= self.total_steps
             every = self.cfg.training.eval_every
             if self._over_time_budget():
-                self.stop_reason = "time_budget"
-                self.log.info(f"step {st['step']}: training.max_minutes ({self.cfg.training.max_minutes}) spent")
-                if not (every and st["step"] % every == 0):
+                st.stop_reason = "time_budget"
+                self.log.info(f"step {st.step}: training.max_minutes ({self.cfg.training.max_minutes}) spent")
+                if not (every and st.step % every == 0):
                     self._validate_and_checkpoint()
                 break
-            if every and (st["step"] % every == 0 or last):
+            if every and (st.step % every == 0 or last):
                 self._validate_and_checkpoint()
                 tick = time.perf_counter()
-                if self.stop_reason != "done":
+                if st.stop_reason != "done":
                     break
             if last:
                 break
@@ -322,9 +329,9 @@ class Trainer:
         out = {}
         for name, value, count in zip(names, values.tolist(), counts.tolist(), strict=True):
             if count and not math.isfinite(value):
-                last = latest_checkpoint(self.run_dir / "checkpoints")
+                last = latest_checkpoint(self.run.checkpoints)
                 raise NonFiniteLoss(
-                    f"non-finite loss ({value}) for task '{name}' at step {self.state['step'] + 1}; "
+                    f"non-finite loss ({value}) for task '{name}' at step {self.state.step + 1}; "
                     f"stopped. Last good checkpoint: {last or 'none yet'}. Try a lower training.lr "
                     "or training.mixed_precision=no"
                 )
@@ -335,25 +342,20 @@ class Trainer:
     # ------------------------------------------------------------------------------------------------ validation
 
     def validate(self) -> dict[str, dict[str, Any]]:
-        """Per-task validation metrics through the same Predictor as evaluate/predict; examples are sharded
-        across processes and the predictions gathered."""
+        """Per-task validation metrics through the scoring loop of ``evaluate`` (the same Predictor, batch size
+        and metrics); each process predicts its share of the examples and the predictions are gathered."""
         acc = self.accelerator
         model = acc.unwrap_model(self.model)
         predictor = Predictor(model, self.data.encoder, self.data.label_sets, self.cfg.data.eval_batch_size)
-        metrics = {}
-        for source in self.data.validation_sources:
-            names = [t.name for t in source.tasks]
-            with acc.split_between_processes(source.examples) as shard:
-                preds = predict_examples(predictor, shard, names)
-            if acc.num_processes > 1:
-                preds = gather_object(preds)
-            for name in names:
-                gold, pred = gold_and_predicted(self.cfg.tasks[name], source.examples, preds)
-                metrics[name] = task_metrics(self.cfg.tasks[name], gold, pred, self.data.label_sets[name])
-        return metrics
 
-    def _validated_at_this_step(self) -> bool:
-        return bool(self.state["validations"]) and self.state["validations"][-1]["step"] == self.state["step"]
+        def distribute(examples: list[Example], run) -> list[Prediction]:
+            with acc.split_between_processes(examples) as shard:
+                preds = run(shard)
+            return gather_object(preds) if acc.num_processes > 1 else preds
+
+        return score_sources(
+            predictor, self.data.validation_sources, self.cfg.tasks, self.data.label_sets, distribute=distribute
+        )
 
     def _validate_and_checkpoint(self) -> None:
         """Validate, keep the best model, save a resumable checkpoint; stop when patience has run out."""
@@ -361,33 +363,56 @@ class Trainer:
         started = time.perf_counter()
         metrics = self.validate()
         score = selection_score(self.cfg.tasks, metrics)
-        improved = score > st["best_score"]
+        improved = score > st.best_score
         if improved:
-            st.update(best_score=score, best_step=st["step"], best_metrics=metrics, bad_validations=0)
+            st.best_score, st.best_step, st.best_metrics, st.bad_validations = score, st.step, metrics, 0
             if acc.is_main_process:
-                info = {"step": st["step"], "score": score, "validation": metrics}
-                save_pretrained(
-                    self.run_dir / "best",
-                    acc.unwrap_model(self.model),
-                    self.data.encoder,
-                    self.cfg,
-                    self.data.label_sets,
-                    extra=info,
-                )
+                info = {"step": st.step, "score": score, "validation": metrics}
+                model = acc.unwrap_model(self.model)
+                save_model(self.run.best, model, self.data.encoder, self.cfg, self.data.label_sets, extra=info)
         else:
-            st["bad_validations"] += 1
-        st["validations"].append({"step": st["step"], "score": score})
-        self.log.validation(st["step"], st["epoch"], metrics, score, improved, self.cfg)
+            st.bad_validations += 1
+        st.validations.append({"step": st.step, "score": score})
+        self.log.validation(st.step, st.epoch, metrics, score, improved, self.cfg)
         patience = self.cfg.training.patience
-        if patience and st["bad_validations"] >= patience and self.stop_reason == "done":
-            self.stop_reason = "early_stopping"
-            self.log.info(f"step {st['step']}: no improvement in {patience} validations, stopping")
-        st["validation_seconds"] += time.perf_counter() - started
-        state = {**st, "balancer": self.balancer.state(), "scheduler": self.scheduler.state_dict()}
-        save_checkpoint(acc, self.run_dir / "checkpoints", st["step"], state, self.cfg.training.keep_checkpoints)
+        if patience and st.bad_validations >= patience and st.stop_reason == "done":
+            st.stop_reason = "early_stopping"
+            self.log.info(f"step {st.step}: no improvement in {patience} validations, stopping")
+        st.validation_seconds += time.perf_counter() - started
+        state = {**st.to_dict(), "balancer": self.balancer.state(), "scheduler": self.scheduler.state_dict()}
+        save_checkpoint(acc, self.run.checkpoints, st.step, state, self.cfg.training.keep_checkpoints)
+
+    # ------------------------------------------------------------------------------------------------ save
+
+    def save(self) -> TrainResult:
+        """Validate and checkpoint the last step if that has not happened; write summary.json; the result."""
+        st = self.state
+        if not st.validated_at_this_step():
+            self._validate_and_checkpoint()
+        train_s = st.train_seconds
+        result = TrainResult(
+            output_dir=self.run.path,
+            best_dir=self.run.best,
+            best_step=st.best_step,
+            best_score=st.best_score,
+            best_metrics=st.best_metrics,
+            steps=st.step,
+            wall_time_s=train_s + st.validation_seconds,
+            tokens_per_s=st.tokens * self.accelerator.num_processes / train_s if train_s else 0.0,
+            parameters=self.accelerator.unwrap_model(self.model).num_parameters(),
+            stop_reason=st.stop_reason,
+            resumed_from=list(st.resumed_from),
+        )
+        self.log.summary(result, self.cfg)
+        if self.accelerator.is_main_process:
+            self.run.write_summary(result.summary())
+        return result
 
     def cleanup(self) -> None:
-        self.log.close()
+        if self.log is not None:
+            self.log.close()
+        if self.accelerator is None:
+            return
         self.accelerator.end_training()
         if self.accelerator.num_processes == 1:
             # Accelerate keeps its settings in process-wide singletons; clear them so a second train() in the

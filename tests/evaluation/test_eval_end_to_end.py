@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from mtl_decoder.cli import main
+from mtl_decoder.data.tasks import load_split
 from mtl_decoder.evaluation.evaluate import EvalResult, evaluate
 from mtl_decoder.evaluation.utilisation import NO_GATES_NOTE
-from mtl_decoder.pretrained import build_model, load_pretrained, save_pretrained
-from mtl_decoder.tasks import load_split
+from mtl_decoder.inference import Predictor
+from mtl_decoder.model import build_model
+from mtl_decoder.saved import load_model, save_model
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -54,11 +56,11 @@ def test_metrics_recomputed_from_predictions(best: Path, test_eval: EvalResult):
     from seqeval.metrics import accuracy_score, f1_score
     from sklearn.metrics import accuracy_score as class_accuracy
 
-    pre = load_pretrained(best)
+    pre = load_model(best)
     for source in load_split(pre.config.tasks, "test"):
         (task,) = [t.name for t in source.tasks]
         items = [ex.words if ex.words is not None else ex.text for ex in source.examples]
-        preds = list(pre.predictor().predict(items, [task]))
+        preds = list(Predictor.from_saved(pre).predict(items, [task]))
         gold = [ex.labels[task] for ex in source.examples]
         if task == "ner":
             tags = [p.tags["ner"] for p in preds]
@@ -177,10 +179,10 @@ def test_cli_refuses_bad_arguments_with_a_reason(best: Path, tmp_path: Path, cap
 
 
 def test_mlp_model_reports_no_experts(best: Path, tmp_path: Path):
-    pre = load_pretrained(best)
+    pre = load_model(best)
     pre.config.model.ffn = "mlp"
     model = build_model(pre.config, pre.label_sets, pre.encoder)
-    save_pretrained(tmp_path / "mlp", model, pre.encoder, pre.config, pre.label_sets)
+    save_model(tmp_path / "mlp", model, pre.encoder, pre.config, pre.label_sets)
     result = evaluate(tmp_path / "mlp", tasks="ner", output_dir=tmp_path / "out")
     assert result.experts == {} and result.metrics["notes"] == [NO_GATES_NOTE]
     assert list((tmp_path / "out" / "plots").iterdir()) == []

@@ -35,7 +35,7 @@ def reference(block: ExpertBlock, x: torch.Tensor, layout: RouteLayout) -> tuple
         rows = []
         for m in range(start, end):
             i = m - start
-            if block.variant == "ple":
+            if block.variant.name == "ple":
                 s0 = layout.token_bounds[layout.names.index(SHARED)][0]
                 on_shared = x[s0 + i]
                 if name == SHARED:
@@ -43,7 +43,8 @@ def reference(block: ExpertBlock, x: torch.Tensor, layout: RouteLayout) -> tuple
                         continue  # last layer: the shared route gets nothing
                     outs = [
                         expert(block.task_experts[t], e, x[layout.token_bounds[layout.names.index(t)][0] + i])
-                        for t in layout.names[:-1]
+                        for t in layout.names
+                        if t != SHARED
                         for e in range(N_TASK)
                     ]
                     gate = block.shared_gate

@@ -70,7 +70,7 @@ def test_word_features_put_each_distinct_words_vector_on_its_sub_words():
     tokens and padding get none."""
     from model_testkit import perturb
 
-    from mtl_decoder.data import Collator, EncodedExample
+    from mtl_decoder.data.batching import Collator, EncodedExample
 
     model = perturb(tiny_model(char_embedding=8, word_features=True, word_hash_buckets=64), seed=3).eval()
     a = EncodedExample([2, 5, 6, 7, 3], [-1, 0, 0, 1, -1], ["Paris", "in"])

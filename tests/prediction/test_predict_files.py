@@ -20,7 +20,7 @@ from predict_testkit import (
 from mtl_decoder.cli import main
 from mtl_decoder.errors import DataError, UserError
 from mtl_decoder.prediction import predict_file
-from mtl_decoder.pretrained import load_pretrained
+from mtl_decoder.saved import load_model
 
 KINDS = {"ner": "token_tagging", "sentiment": "sentence_classification"}
 
@@ -32,7 +32,7 @@ def model_dir(tiny_run):
 
 @pytest.fixture(scope="module")
 def model(model_dir):
-    return load_pretrained(model_dir)
+    return load_model(model_dir)
 
 
 def _inputs(folder) -> dict:

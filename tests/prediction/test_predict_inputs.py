@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from predict_testkit import write_conll, write_delimited, write_lines
 
+from mtl_decoder.data.formats import detect_format
 from mtl_decoder.errors import DataError
-from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord, detect_format
+from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord
 
 
 def _read(path, **kwargs) -> tuple[list, InputReader]:
@@ -111,10 +112,12 @@ def test_conll_sentences_docstart_and_extra_columns(tmp_path):
 
 
 def test_format_by_suffix_or_flag(tmp_path):
-    assert detect_format("a.JSONL") == "jsonl" and detect_format("a.ndjson") == "jsonl"
-    assert detect_format("a.dat", "txt") == "txt"
+    assert detect_format("a.JSONL", prediction=True) == "jsonl" and detect_format("a.ndjson") == "jsonl"
+    assert detect_format("a.dat", "txt", prediction=True) == "txt"
     with pytest.raises(DataError, match="--format"):
-        detect_format("a.dat")
+        detect_format("a.dat", prediction=True)
+    with pytest.raises(DataError, match="unknown format 'txt'"):  # training data needs labels: no .txt
+        detect_format("a.txt", "txt")
     with pytest.raises(DataError, match="file not found"):
         InputReader(tmp_path / "missing.txt")
     assert isinstance(next(iter(InputReader(write_lines(tmp_path / "a.dat", ["x"]), "txt"))), InputRecord)

@@ -10,16 +10,16 @@ import pytest
 import torch
 from predict_testkit import SENTENCES, texts, write_lines
 
-from mtl_decoder.data import Collator, EncodedExample
+from mtl_decoder.data.batching import Collator, EncodedExample
 from mtl_decoder.errors import UserError
 from mtl_decoder.inference import Predictor
 from mtl_decoder.prediction import predict_file, predict_texts
-from mtl_decoder.pretrained import load_pretrained
+from mtl_decoder.saved import load_model
 
 
 @pytest.fixture(scope="module")
 def model(tiny_run):
-    return load_pretrained(tiny_run / "best")
+    return load_model(tiny_run / "best")
 
 
 @torch.no_grad()
@@ -93,11 +93,11 @@ def test_bad_items_name_their_index(model):
 
 def test_bf16_runs_the_model_under_autocast_and_keeps_the_outputs_well_formed(model, tmp_path):
     dtypes = set()
-    predictor = model.predictor(batch_size=2, precision="bf16")
+    predictor = Predictor.from_saved(model, batch_size=2, precision="bf16")
     items = [*SENTENCES[:3], *texts()[3:]]
     preds = list(predictor.predict(items, on_batch=lambda out, batch: dtypes.add(out.logits["ner"].dtype)))
     assert dtypes == {torch.bfloat16}  # the heads' matrix products ran in bf16
-    assert [p.words for p in preds] == [p.words for p in model.predictor(batch_size=2).predict(items)]
+    assert [p.words for p in preds] == [p.words for p in Predictor.from_saved(model, batch_size=2).predict(items)]
     for pred in predict_texts(model, items, precision="bf16"):
         assert sum(pred["sentiment"]["probs"].values()) == pytest.approx(1.0, abs=1e-5)
         assert set(pred["ner"]["tags"]) <= set(model.label_sets["ner"])
@@ -114,7 +114,7 @@ def test_unsupported_precision_is_refused(model, precision, message):
 def test_workers_give_the_same_predictions_in_order_and_leave_the_caller_as_it_was(model):
     long_text = " ".join(f"w{i % 7}" if i % 5 else "London" for i in range(150))  # tagged in windows
     items = [*SENTENCES, *texts(), long_text] * 7  # several buffers of 2 x 2 items
-    one = list(model.predictor(batch_size=2, workers=1).predict(items))
+    one = list(Predictor.from_saved(model, batch_size=2, workers=1).predict(items))
     threads_before, calls = torch.get_num_threads(), []
 
     def on_batch(out, batch) -> None:
@@ -136,4 +136,4 @@ def test_workers_give_the_same_predictions_in_order_and_leave_the_caller_as_it_w
     for a, b in zip(one, two, strict=True):
         assert a.probs["sentiment"] == pytest.approx(b.probs["sentiment"], abs=1e-5)
     with pytest.raises(UserError, match="workers must be at least 1"):
-        model.predictor(workers=0)
+        Predictor.from_saved(model, workers=0)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from mtl_decoder.config import TokenizerConfig
+from mtl_decoder.data.tokenization import TextEncoder, train_tokenizer
 from mtl_decoder.inference import Prediction
 from mtl_decoder.prediction.outputs import entity_dicts, prediction_dict, word_spans
-from mtl_decoder.tokenization import TextEncoder, train_tokenizer
 
 KINDS = {"ner": "token_tagging", "sentiment": "sentence_classification"}
 TEXTS = [

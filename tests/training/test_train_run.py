@@ -90,6 +90,7 @@ def test_refuses_to_overwrite_an_existing_run(tiny_run, make_config):
 
 def test_non_finite_loss_stops_naming_step_and_task(make_config, tmp_path):
     trainer = Trainer(make_config(tmp_path / "run", ["training.eval_every=2", "training.max_steps=10"]))
+    trainer.setup()
     calls = {"n": 0}
 
     def poison(module, args, output):  # the third training forward returns a NaN loss for ner
@@ -101,7 +102,7 @@ def test_non_finite_loss_stops_naming_step_and_task(make_config, tmp_path):
     trainer.model.register_forward_hook(poison)
     try:
         with pytest.raises(NonFiniteLoss, match=r"task 'ner' at step 3.*step-0000002"):
-            trainer.fit()
+            trainer.train()
     finally:
         trainer.cleanup()
     assert latest_checkpoint(tmp_path / "run" / "checkpoints").name == "step-0000002"

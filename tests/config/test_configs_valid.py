@@ -9,7 +9,7 @@ import pytest
 
 from mtl_decoder.config import TASK_KINDS, ExperimentConfig, load_config, load_task
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 YAMLS = sorted(
     p for folder in ("configs", "tasks") for pattern in ("*.yaml", "*.yml") for p in (REPO / folder).rglob(pattern)
 )

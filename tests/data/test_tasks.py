@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from mtl_decoder.config import ColumnsConfig, TaskConfig, TaskDataConfig, TokenizerConfig, load_config
-from mtl_decoder.data import Collator, encode_example
+from mtl_decoder.data.batching import Collator, encode_example
+from mtl_decoder.data.tasks import check_labels, infer_labels, load_split, split_sources
+from mtl_decoder.data.tokenization import TextEncoder, train_tokenizer
 from mtl_decoder.errors import ConfigError, DataError, UserError
-from mtl_decoder.tasks import check_labels, infer_labels, load_split, split_sources
-from mtl_decoder.tokenization import TextEncoder, train_tokenizer
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 SEMEVAL = FIXTURES / "semeval_train.jsonl"
 
 

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from mtl_decoder.config import TAGGING, ModelConfig
-from mtl_decoder.tasks import Example
-from mtl_decoder.tokenization import TextEncoder, word_labels
-from mtl_decoder.wordfeatures import MAX_WORD_CHARS, N_HASHED, char_ids, hashed_features, shape_id
+from mtl_decoder.data.tasks import Example
+from mtl_decoder.data.tokenization import TextEncoder, word_labels
+from mtl_decoder.data.wordfeatures import MAX_WORD_CHARS, N_HASHED, char_ids, hashed_features, shape_id
 
 
 @dataclass

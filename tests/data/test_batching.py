@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING
-from mtl_decoder.data import (
+from mtl_decoder.data.batching import (
     Collator,
     EncodedExample,
     MultiTaskBatchSampler,
@@ -15,7 +15,7 @@ from mtl_decoder.data import (
     drop_words,
     source_probabilities,
 )
-from mtl_decoder.wordfeatures import MAX_WORD_CHARS, N_HASHED, hashed_features
+from mtl_decoder.data.wordfeatures import MAX_WORD_CHARS, N_HASHED, hashed_features
 
 SIZES = [400, 100, 25]
 

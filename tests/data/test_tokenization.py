@@ -9,12 +9,12 @@ import pytest
 from tokenizers import normalizers
 
 from mtl_decoder.config import TAGGING, TokenizerConfig
-from mtl_decoder.data import encode_example
+from mtl_decoder.data.batching import encode_example
+from mtl_decoder.data.tasks import Example
+from mtl_decoder.data.tokenization import TextEncoder, train_tokenizer, word_labels
 from mtl_decoder.errors import UserError
-from mtl_decoder.tasks import Example
-from mtl_decoder.tokenization import TextEncoder, train_tokenizer, word_labels
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 SENTENCES = [json.loads(line)["tokens"] for line in (FIXTURES / "ner_train.jsonl").read_text().splitlines()]
 WORDS = ["Netanyahu", "visited", "Xqzvwk-Blorft", "in", "1996", "."]  # long / unseen words split into pieces
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mtl_decoder import iob
 from mtl_decoder.config import CLASSIFICATION, TAGGING, TaskConfig
+from mtl_decoder.data import iob
+from mtl_decoder.data.formats import Record, RecordReader, read_hub
 from mtl_decoder.errors import DataError, UserError
-from mtl_decoder.readers import Record, RecordReader, read_hub
 
 
 @dataclass

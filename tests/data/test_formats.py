@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from mtl_decoder.config import ColumnsConfig, TaskConfig, TaskDataConfig
+from mtl_decoder.data.formats import RecordReader, detect_format, read_hub
+from mtl_decoder.data.tasks import Source, load_split, read_source
 from mtl_decoder.errors import DataError
-from mtl_decoder.readers import RecordReader, detect_format, read_hub
-from mtl_decoder.tasks import Source, load_split, read_source
 
 SENTENCES = [
     {"tokens": ["EU", "rejects", "German", "call"], "ner_tags": ["B-ORG", "O", "B-MISC", "O"], "label": "negative"},
@@ -30,9 +30,16 @@ def write_format(path: Path, fmt: str, rows: list[dict], tokens_as: str = "json"
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     elif fmt == "json":
         path.write_text(json.dumps(rows, indent=2, ensure_ascii=False), encoding="utf-8")
-    elif fmt in ("csv", "tsv"):
+    elif fmt == "tsv":  # IANA TSV: no quoting
+        lines = ["\t".join(rows[0])]
+        for r in rows:
+            as_text = (lambda v: json.dumps(v, ensure_ascii=False)) if tokens_as == "json" else " ".join
+            cells = [v if isinstance(v, str) else as_text(v) for v in r.values()]
+            lines.append("\t".join(cells))
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    elif fmt == "csv":
         with open(path, "w", encoding="utf-8", newline="") as f:
-            writer = csv.writer(f, delimiter="," if fmt == "csv" else "\t")
+            writer = csv.writer(f, delimiter=",")
             writer.writerow(list(rows[0]))
             for r in rows:
                 cells = []

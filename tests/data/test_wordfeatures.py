@@ -1,6 +1,6 @@
 """Per-word features: character ids and shape classes."""
 
-from mtl_decoder.wordfeatures import MAX_WORD_CHARS, N_CHAR_IDS, SHAPES, char_id, char_ids, shape_id
+from mtl_decoder.data.wordfeatures import MAX_WORD_CHARS, N_CHAR_IDS, SHAPES, char_id, char_ids, shape_id
 
 
 def test_char_ids_agree_with_the_per_character_rule():

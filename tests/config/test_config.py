@@ -10,7 +10,7 @@ import yaml
 from mtl_decoder.config import ExperimentConfig, config_from_dict, load_config, load_task
 from mtl_decoder.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "demo.yaml"
 
 

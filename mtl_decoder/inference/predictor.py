@@ -24,10 +24,11 @@ from functools import partial
 import torch
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING
-from mtl_decoder.data import EncodedExample, collator_for
+from mtl_decoder.data.batching import EncodedExample, collator_for
+from mtl_decoder.data.tokenization import Encoded, TextEncoder
 from mtl_decoder.errors import UserError
 from mtl_decoder.model import MTLDecoder, MTLOutput
-from mtl_decoder.tokenization import Encoded, TextEncoder
+from mtl_decoder.saved import SavedModel
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 """Inference precision -> the autocast dtype (None: plain float32)."""
@@ -106,6 +107,15 @@ class Predictor:
         self.batch_size, self.buffer = batch_size, batch_size * buffer_batches
         self.kinds = {t.name: t.kind for t in model.tasks}
         self.collate = collator_for(model.cfg, encoder.pad_id, {})
+
+    @classmethod
+    def from_saved(
+        cls, saved: SavedModel, batch_size: int | None = None, precision: str = "fp32", workers: int | None = None
+    ) -> Predictor:
+        """A Predictor for a loaded model folder; ``batch_size`` defaults to the run's data.eval_batch_size (the size
+        training-time validation used, so ``evaluate`` reproduces it)."""
+        batch_size = batch_size or saved.config.data.eval_batch_size
+        return cls(saved.model, saved.encoder, saved.label_sets, batch_size, precision=precision, workers=workers)
 
     def predict(
         self,

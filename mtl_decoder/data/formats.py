@@ -1,0 +1,486 @@
+"""File formats: the one layer that turns the files users have into records, for training data and prediction
+inputs alike, as a stream, each record with the line it starts on.
+
+| format  | suffixes               | training | prediction | what a record is                                       |
+| ------- | ---------------------- | -------- | ---------- | ------------------------------------------------------ |
+| jsonl   | .jsonl .ndjson         | yes      | yes        | a JSON object per line                                 |
+| json    | .json                  | yes      | no         | an element of a top-level JSON array of objects        |
+| csv     | .csv                   | yes      | yes        | a row (RFC 4180: quoted fields may hold , " and lines)  |
+| tsv     | .tsv                   | yes      | yes        | a line (IANA TSV: no quoting, quotes are plain text)   |
+| parquet | .parquet               | yes      | no         | a row                                                  |
+| txt     | .txt .text             | no       | yes        | a line of text                                         |
+| conll   | .conll .bio .iob       | yes      | yes        | a sentence: a token per line, blank line between       |
+
+``FileRecords`` never raises for one bad record: it yields a ``BadRecord`` (line, reason, raw text) and goes on,
+so the caller decides whether to stop (training data: ``RecordReader`` raises a ``DataError`` naming file, line
+and field) or to set it aside (``predict --on-error skip``). Problems with the file as a whole (not found, a
+folder, unknown format, a CSV header without a needed column) raise ``DataError``. Hostile input stays one
+record's problem: lines are bounded in length, JSON in nesting depth, and a CSV quote left open is reported at
+the line where it began, the rows after it read normally.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import json
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtl_decoder.errors import DataError
+
+MAX_LINE_BYTES = 1 << 20
+"""Longest line read (1 MiB); a longer one is a bad record, not a reason to fill memory."""
+MAX_JSON_DEPTH = 64
+"""Deepest JSON nesting accepted in a record (Python's parser recurses once per level)."""
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    suffixes: tuple[str, ...]
+    training: bool
+    """Can hold labelled task data."""
+    prediction: bool
+    """Can be predicted on."""
+
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("jsonl", (".jsonl", ".ndjson"), True, True),
+        Format("json", (".json",), True, False),
+        Format("csv", (".csv",), True, True),
+        Format("tsv", (".tsv",), True, True),
+        Format("parquet", (".parquet",), True, False),
+        Format("txt", (".txt", ".text"), False, True),
+        Format("conll", (".conll", ".bio", ".iob"), True, True),
+    )
+}
+TRAINING_FORMATS = tuple(f.name for f in FORMATS.values() if f.training)
+PREDICTION_FORMATS = tuple(f.name for f in FORMATS.values() if f.prediction)
+
+
+def detect_format(path: str | Path, fmt: str | None = None, prediction: bool = False) -> str:
+    """The format of ``path``: ``fmt`` when given, else from the suffix; only formats usable for the purpose."""
+    usable = PREDICTION_FORMATS if prediction else TRAINING_FORMATS
+    hint = "; use --format to say which" if prediction else ""
+    if fmt is not None:
+        if fmt not in usable:
+            raise DataError(str(path), None, f"unknown format '{fmt}' (expected one of {', '.join(usable)})")
+        return fmt
+    suffix = Path(path).suffix.lower()
+    found = next((f.name for f in FORMATS.values() if suffix in f.suffixes and f.name in usable), None)
+    if found is None:
+        raise DataError(str(path), None, f"unknown file format '{suffix}' (expected one of {', '.join(usable)}){hint}")
+    return found
+
+
+@dataclass
+class Record:
+    line: int
+    """1-based line the record starts on (the first line of a CoNLL sentence; the row for parquet)."""
+    data: dict[str, Any]
+    raw: str = ""
+    """The record's text as read, for line-based formats (what an errors file shows)."""
+
+
+@dataclass
+class BadRecord:
+    line: int
+    reason: str
+    raw: str
+    """The record's text as read (undecodable bytes replaced)."""
+    field: str | None = None
+
+
+@dataclass
+class _Line:
+    number: int
+    text: str
+    """Decoded text, line break included."""
+    error: str | None
+
+
+def _chomp(text: str) -> str:
+    return text.rstrip("\r\n")
+
+
+def _raw(lines: list[_Line]) -> str:
+    return _chomp("".join(line.text for line in lines))
+
+
+def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON ``text`` nests deeper than ``limit`` (brackets inside strings do not count)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
+def parse_json_object(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(object, None) or (None, why ``text`` is not one JSON object)."""
+    if json_depth_exceeds(text):
+        return None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        return None, f"malformed JSON ({err.msg} at column {err.colno})"
+    except RecursionError:
+        return None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    if not isinstance(data, dict):
+        return None, f"expected a JSON object, got {_json_kind(data)}"
+    return data, None
+
+
+def _json_kind(value: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+class FileRecords:
+    """The ``Record``s and ``BadRecord``s of one file, streamed; ``empty_lines`` counts the empty lines skipped.
+
+    ``required_columns``: CSV/TSV columns whose absence from the header is an error for the whole file.
+    ``tokens_key``/``tags_key``: the fields a CoNLL sentence's tokens and (with ``conll_tags``) last-column tags
+    go to; without ``conll_tags`` the columns after the token are kept as ``columns``.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        fmt: str | None = None,
+        prediction: bool = False,
+        required_columns: tuple[str, ...] = (),
+        tokens_key: str = "tokens",
+        tags_key: str = "tags",
+        conll_tags: bool = True,
+    ):
+        self.path = str(path)
+        self.fmt = detect_format(path, fmt, prediction)
+        self.required_columns = required_columns
+        self.tokens_key, self.tags_key, self.conll_tags = tokens_key, tags_key, conll_tags
+        self.empty_lines = 0
+        if Path(self.path).is_dir():
+            raise DataError(self.path, None, "is a folder, not a file")
+        if not Path(self.path).is_file():
+            raise DataError(self.path, None, "file not found")
+
+    def __iter__(self) -> Iterator[Record | BadRecord]:
+        self.empty_lines = 0
+        readers = {
+            "jsonl": self._read_jsonl,
+            "json": self._read_json,
+            "csv": lambda: self._read_delimited(","),
+            "tsv": lambda: self._read_delimited("\t"),
+            "parquet": self._read_parquet,
+            "txt": self._read_txt,
+            "conll": self._read_conll,
+        }
+        return readers[self.fmt]()
+
+    # ------------------------------------------------------------------------------------------ lines
+
+    def _lines(self) -> Iterator[_Line]:
+        """Decoded lines; a line that is not UTF-8 or too long carries its error (its text is still given)."""
+        with open(self.path, "rb") as f:
+            number = 0
+            while True:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    return
+                number += 1
+                error = None
+                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                    while raw[-1:] != b"\n":  # skip to the end of the line, keeping only its start
+                        rest = f.readline(MAX_LINE_BYTES)
+                        if not rest:
+                            break
+                        raw = raw[:1024] + rest[-1:]
+                    error = f"line longer than {MAX_LINE_BYTES:,} bytes"
+                    raw = raw[:1024] + b"\n"
+                if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8) :]
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    text = raw.decode("utf-8", "replace")
+                    error = error or f"not valid UTF-8 ({err.reason} at byte {err.start + 1})"
+                yield _Line(number, text, error)
+
+    # ------------------------------------------------------------------------------------------ txt / jsonl
+
+    def _read_txt(self) -> Iterator[Record | BadRecord]:
+        for line in self._lines():
+            text = _chomp(line.text)
+            if not text.strip():
+                self.empty_lines += 1
+            elif line.error:
+                yield BadRecord(line.number, line.error, text)
+            else:
+                yield Record(line.number, {"text": text}, text)
+
+    def _read_jsonl(self) -> Iterator[Record | BadRecord]:
+        for line in self._lines():
+            text = _chomp(line.text)
+            if not text.strip():
+                self.empty_lines += 1
+                continue
+            if line.error:
+                yield BadRecord(line.number, line.error, text)
+                continue
+            data, reason = parse_json_object(text)
+            yield BadRecord(line.number, reason, text) if data is None else Record(line.number, data, text)
+
+    def _read_json(self) -> Iterator[Record | BadRecord]:
+        # A JSON array cannot be streamed with the standard library: decode element by element to keep lines.
+        # A broken array cannot be resynchronised, so its errors concern the file from that point on.
+        try:
+            text = Path(self.path).read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise DataError(self.path, None, f"not valid UTF-8 ({err.reason} at byte {err.start + 1})") from None
+        if json_depth_exceeds(text, MAX_JSON_DEPTH + 1):
+            raise DataError(self.path, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        decoder = json.JSONDecoder()
+        pos = _skip_space(text, 0)
+        if pos >= len(text) or text[pos] != "[":
+            raise DataError(self.path, text.count("\n", 0, pos) + 1, "expected a JSON array of objects")
+        lineno, counted = 1, 0  # line of text[counted], advanced incrementally (no rescans from the start)
+
+        def line_at(p: int) -> int:
+            nonlocal lineno, counted
+            lineno += text.count("\n", counted, p)
+            counted = p
+            return lineno
+
+        pos = _skip_space(text, pos + 1)
+        first = True
+        while pos < len(text) and text[pos] != "]":
+            if not first:
+                if text[pos] != ",":
+                    raise DataError(self.path, line_at(pos), "malformed JSON (expected ',' or ']' after an object)")
+                pos = _skip_space(text, pos + 1)
+            first = False
+            line = line_at(pos)
+            try:
+                data, end = decoder.raw_decode(text, pos)
+            except json.JSONDecodeError as err:
+                raise DataError(self.path, err.lineno, f"malformed JSON ({err.msg} at column {err.colno})") from None
+            if not isinstance(data, dict):
+                yield BadRecord(line, f"expected a JSON object, got {_json_kind(data)}", text[pos:end])
+            else:
+                yield Record(line, data)
+            pos = _skip_space(text, end)
+        if pos >= len(text):
+            raise DataError(self.path, text.count("\n") + 1, "malformed JSON (unterminated array)")
+        if _skip_space(text, pos + 1) < len(text):
+            raise DataError(self.path, line_at(pos), "malformed JSON (text after the closing ']')")
+
+    # ------------------------------------------------------------------------------------------ csv / tsv
+
+    def _read_delimited(self, delimiter: str) -> Iterator[Record | BadRecord]:
+        lines = self._lines()
+        pushed: deque[_Line] = deque()  # lines to read again: those after an unclosed quote's first line
+        consumed: list[_Line] = []  # the lines of the row being parsed (a quoted field may span lines)
+
+        def feed() -> Iterator[str]:
+            while True:
+                line = pushed.popleft() if pushed else next(lines, None)
+                if line is None:
+                    return
+                consumed.append(line)
+                yield line.text
+
+        def reader():
+            if delimiter == "\t":  # IANA TSV: a row per line, no quoting (quotes are ordinary characters)
+                return csv.reader(feed(), delimiter="\t", quoting=csv.QUOTE_NONE)
+            return csv.reader(feed(), delimiter=delimiter, strict=True)
+
+        rows = reader()
+        header = self._header(rows, consumed)
+        while True:
+            consumed.clear()
+            try:
+                row = next(rows)
+            except StopIteration:
+                return
+            except csv.Error as err:
+                if "unexpected end of data" in str(err) and len(consumed) > 1:
+                    # A quote opened on consumed[0] never closed: that line is the bad record; read on after it.
+                    first, rest = consumed[0], consumed[1:]
+                    pushed.extendleft(reversed(rest))
+                    rows = reader()
+                    yield BadRecord(
+                        first.number, "a quoted field opened on this line is never closed", _chomp(first.text)
+                    )
+                    continue
+                yield BadRecord(consumed[0].number, f"malformed {self.fmt.upper()} ({err})", _raw(consumed))
+                continue
+            if not any(cell.strip() for cell in row):
+                self.empty_lines += len(consumed)
+                continue
+            yield self._row_record(header, row, consumed)
+
+    def _header(self, rows, consumed: list[_Line]) -> list[str]:
+        try:
+            header = next(rows, None)
+        except csv.Error as err:
+            raise DataError(self.path, 1, f"malformed {self.fmt.upper()} header ({err})") from None
+        if not header or all(not cell.strip() for cell in header):
+            raise DataError(self.path, 1, "missing header row")
+        if any(line.error for line in consumed):
+            raise DataError(self.path, 1, f"header: {next(line.error for line in consumed if line.error)}")
+        header = [cell.strip() for cell in header]
+        if len(set(header)) != len(header):
+            raise DataError(self.path, 1, "repeated column names in the header")
+        for column in self.required_columns:
+            if column not in header:
+                raise DataError(self.path, 1, f"no column '{column}' (columns: {', '.join(header)}); use --text-column")
+        return header
+
+    def _row_record(self, header: list[str], row: list[str], consumed: list[_Line]) -> Record | BadRecord:
+        number, raw = consumed[0].number, _raw(consumed)
+        error = next((line.error for line in consumed if line.error), None)
+        if error:
+            return BadRecord(number, error, raw)
+        if len(row) != len(header):
+            return BadRecord(number, f"expected {len(header)} fields, got {len(row)}", raw)
+        return Record(number, dict(zip(header, row, strict=True)), raw)
+
+    # ------------------------------------------------------------------------------------------ parquet
+
+    def _read_parquet(self) -> Iterator[Record | BadRecord]:
+        import pyarrow.parquet as pq  # installed with datasets; imported here to keep start-up light
+
+        try:
+            batches = pq.ParquetFile(self.path).iter_batches(batch_size=1024)
+        except Exception as err:  # pyarrow raises ArrowInvalid/OSError for a file that is not parquet
+            raise DataError(self.path, None, f"cannot read as parquet ({err})") from None
+        row = 0
+        for batch in batches:
+            for data in batch.to_pylist():
+                row += 1
+                yield Record(row, data)
+
+    # ------------------------------------------------------------------------------------------ conll
+
+    def _read_conll(self) -> Iterator[Record | BadRecord]:
+        sentence: list[_Line] = []
+        after_docstart = False
+        for line in self._lines():
+            text = _chomp(line.text)
+            if text.strip():
+                after_docstart = text.split()[0] == "-DOCSTART-"
+                if not after_docstart:
+                    sentence.append(line)
+                continue
+            if sentence:
+                yield self._conll_record(sentence)
+                sentence = []
+            elif not after_docstart:
+                self.empty_lines += 1
+            after_docstart = False
+        if sentence:
+            yield self._conll_record(sentence)
+
+    def _conll_record(self, lines: list[_Line]) -> Record | BadRecord:
+        raw = _raw(lines)
+        bad = next((line for line in lines if line.error), None)
+        if bad:
+            return BadRecord(bad.number, bad.error or "", raw)
+        cols = [_chomp(line.text).split("\t") if "\t" in line.text else line.text.split() for line in lines]
+        cols = [[c.strip() for c in row] for row in cols]
+        data: dict[str, Any] = {self.tokens_key: [c[0] for c in cols]}
+        widths = {len(c) for c in cols}
+        if self.conll_tags:
+            if len(widths) > 1:
+                first = next(i for i, c in enumerate(cols) if len(c) != len(cols[0]))
+                return BadRecord(lines[first].number, "every token line of a sentence needs the same columns", raw)
+            if widths != {1}:
+                data[self.tags_key] = [c[-1] for c in cols]
+        elif widths != {1}:
+            data["columns"] = [c[1:] for c in cols]
+        return Record(lines[0].number, data, raw)
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def json_list_cell(value: Any) -> Any:
+    """A CSV/TSV cell holding a JSON list (tokens, tags) as that list; anything else unchanged."""
+    if not isinstance(value, str):
+        return value
+    stripped = value.strip()
+    if stripped.startswith("[") and stripped.endswith("]") and not json_depth_exceeds(stripped):
+        try:
+            parsed = json.loads(stripped)
+        except json.JSONDecodeError:
+            return value
+        return parsed if isinstance(parsed, list) else value
+    return value
+
+
+class RecordReader:
+    """Training data: the records of one file, the first bad one raised as a ``DataError`` (file, line, field);
+    CSV/TSV cells that hold JSON lists become lists. ``empty_lines`` counts what was skipped."""
+
+    def __init__(self, path: str | Path, fmt: str | None = None, tokens_key: str = "tokens", tags_key: str = "tags"):
+        self.records = FileRecords(path, fmt, tokens_key=tokens_key, tags_key=tags_key)
+        self.path, self.fmt = self.records.path, self.records.fmt
+
+    @property
+    def empty_lines(self) -> int:
+        return self.records.empty_lines
+
+    def __iter__(self) -> Iterator[Record]:
+        delimited = self.fmt in ("csv", "tsv")
+        for record in self.records:
+            if isinstance(record, BadRecord):
+                raise DataError(self.path, record.line, record.reason, record.field)
+            if delimited:
+                record.data = {k: json_list_cell(v) for k, v in record.data.items()}
+            yield record
+
+
+def read_hub(hub_id: str, hub_config: str | None, split: str) -> Iterator[Record]:
+    """Rows of a Hugging Face dataset split; ClassLabel ids become their names."""
+    import datasets  # heavy: imported only when a hub dataset is used
+
+    ds = datasets.load_dataset(hub_id, hub_config, split=split)
+    names = {}
+    for column, feature in ds.features.items():
+        inner = getattr(feature, "feature", feature)
+        if isinstance(inner, datasets.ClassLabel):
+            names[column] = inner.names
+
+    def name(labels: list[str], v: Any) -> Any:
+        # -1 marks "no label" (e.g. GLUE test splits): it must not wrap around to the last class name.
+        return labels[v] if isinstance(v, int) and 0 <= v < len(labels) else None
+
+    for row, data in enumerate(ds, 1):
+        for column, labels in names.items():
+            value = data[column]
+            data[column] = [name(labels, v) for v in value] if isinstance(value, list) else name(labels, value)
+        yield Record(row, data)

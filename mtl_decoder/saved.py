@@ -1,0 +1,147 @@
+"""Saved models: a folder with the resolved config, ``model.safetensors``, the tokenizer and the label sets.
+
+    RUN/best/  config.yaml  model.safetensors  tokenizer.json  labels.json  [info.json]
+
+Writing goes to a temporary folder renamed into place, so a crash never leaves a half-written model. Loading
+reads YAML (safe loader), JSON and safetensors only: nothing is unpickled. Every way a folder can be incomplete
+or inconsistent (a missing or damaged file, labels that do not fit the weights, a config that does not describe
+them) is a one-line ``UserError`` naming the file, raised before the model is used.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from mtl_decoder.config import ExperimentConfig, config_from_dict
+from mtl_decoder.data.tokenization import TextEncoder
+from mtl_decoder.errors import UserError
+from mtl_decoder.files import atomic_write_json, atomic_write_text, replace_dir, temporary_sibling
+from mtl_decoder.model import MTLDecoder, build_model
+from mtl_decoder.runtime import default_device
+
+CONFIG_FILE = "config.yaml"
+WEIGHTS_FILE = "model.safetensors"
+LABELS_FILE = "labels.json"
+INFO_FILE = "info.json"
+REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, LABELS_FILE)
+
+
+@dataclass
+class SavedModel:
+    """Everything a saved model folder holds, ready to predict."""
+
+    model: MTLDecoder
+    encoder: TextEncoder
+    config: ExperimentConfig
+    label_sets: dict[str, list[str]]
+    directory: Path
+
+
+def save_model(
+    directory: str | Path,
+    model: MTLDecoder,
+    encoder: TextEncoder,
+    config: ExperimentConfig,
+    label_sets: dict[str, list[str]],
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write a model folder whole (through a temporary folder), replacing an older one at ``directory``."""
+    directory = Path(directory)
+    tmp = temporary_sibling(directory)
+    tmp.mkdir(parents=True)
+    try:
+        atomic_write_text(tmp / CONFIG_FILE, config.to_yaml())
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        encoder.save(tmp)
+        atomic_write_json(tmp / LABELS_FILE, label_sets)
+        if extra:
+            atomic_write_json(tmp / INFO_FILE, extra)
+        replace_dir(tmp, directory)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def load_model(directory: str | Path, device: torch.device | str | None = None) -> SavedModel:
+    """A saved model folder, ready to predict, on ``device`` (default: the machine's accelerator, if any)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise UserError(f"{directory}: no such model folder" + (" (it is a file)" if directory.exists() else ""))
+    for name in REQUIRED_FILES:
+        if not (directory / name).is_file():
+            raise UserError(f"{directory}: not a model folder (missing {name})")
+    config = _read_config(directory / CONFIG_FILE)
+    label_sets = _read_labels(directory / LABELS_FILE, config)
+    encoder = TextEncoder.load(directory, config.data.max_length)
+    model = build_model(config, label_sets, encoder)
+    _load_weights(model, directory / WEIGHTS_FILE)
+    model.eval()
+    model.to(device if device is not None else default_device())
+    return SavedModel(model, encoder, config, label_sets, directory)
+
+
+def _read_config(path: Path) -> ExperimentConfig:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not a readable config ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a config (expected a mapping)")
+    try:
+        return config_from_dict(data)
+    except UserError as err:
+        raise UserError(f"{path}: {err}") from None
+    except (TypeError, KeyError, AttributeError) as err:
+        raise UserError(f"{path}: not a config this version can read ({err})") from None
+
+
+def _read_labels(path: Path, config: ExperimentConfig) -> dict[str, list[str]]:
+    try:
+        labels = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not valid JSON ({err})") from None
+    ok = isinstance(labels, dict) and all(
+        isinstance(v, list) and v and all(isinstance(x, str) for x in v) for v in labels.values()
+    )
+    if not ok:
+        raise UserError(f"{path}: expected task -> list of label names")
+    missing = [t for t in config.tasks if t not in labels]
+    if missing:
+        raise UserError(f"{path}: no labels for task '{missing[0]}' of {path.parent / CONFIG_FILE}")
+    return {t: labels[t] for t in config.tasks}
+
+
+def _load_weights(model: MTLDecoder, path: Path) -> None:
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise UserError(f"{path}: not a readable safetensors file ({err}); re-save or re-train the model") from None
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    wrong = [k for k in expected if k in state and state[k].shape != expected[k].shape]
+    if missing or unexpected or wrong:
+        details = []
+        if missing:
+            details.append(f"missing {', '.join(missing[:3])}")
+        if unexpected:
+            details.append(f"unexpected {', '.join(unexpected[:3])}")
+        if wrong:
+            k = wrong[0]
+            details.append(f"{k} is {tuple(state[k].shape)}, the config wants {tuple(expected[k].shape)}")
+        raise UserError(
+            f"{path}: the weights do not match {path.parent / CONFIG_FILE} and {path.parent / LABELS_FILE} "
+            f"({'; '.join(details)})"
+        )
+    model.load_state_dict(state)

@@ -1,0 +1,102 @@
+"""A run directory and what it holds; a run owns its folder.
+
+    RUN/  .mtl-decoder-run  config.yaml  tokenizer.json  labels.json  metrics.jsonl  summary.json
+          best/ (the model selected on validation)   checkpoints/step-NNNNNNN/ (resumable states)
+
+``train`` writes into a folder only when it is empty, new, one of its own runs being resumed, or the user said
+``--overwrite`` (which lists what it removes). Files found in a folder that is not a run are never read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mtl_decoder.errors import UserError
+from mtl_decoder.files import atomic_write_json, atomic_write_text, check_writable_parent, remove
+
+MARKER = ".mtl-decoder-run"
+CONFIG_FILE = "config.yaml"
+TOKENIZER_FILE = "tokenizer.json"
+LABELS_FILE = "labels.json"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+BEST_DIR = "best"
+CHECKPOINTS_DIR = "checkpoints"
+
+
+class RunDirectory:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.marker = self.path / MARKER
+        self.config = self.path / CONFIG_FILE
+        self.tokenizer = self.path / TOKENIZER_FILE
+        self.labels = self.path / LABELS_FILE
+        self.metrics = self.path / METRICS_FILE
+        self.summary = self.path / SUMMARY_FILE
+        self.best = self.path / BEST_DIR
+        self.checkpoints = self.path / CHECKPOINTS_DIR
+
+    def is_run(self) -> bool:
+        """Whether the folder holds a run of ours (its marker; or, from before markers, a config and checkpoints)."""
+        return self.marker.is_file() or (self.config.is_file() and self.checkpoints.is_dir())
+
+    def contents(self) -> list[Path]:
+        return sorted(self.path.iterdir()) if self.path.is_dir() else []
+
+    def check_fresh(self, overwrite: bool) -> list[Path]:
+        """Checks, before any work, that a new run may start here; returns what ``--overwrite`` will remove."""
+        check_writable_parent(self.config, "--output-dir")
+        if self.path.exists() and not self.path.is_dir():
+            raise UserError(f"--output-dir {self.path}: is a file, not a folder")
+        found = self.contents()
+        if not found or overwrite:
+            return found
+        if self.is_run():
+            raise UserError(
+                f"{self.path} already holds a run: use --resume to continue it, --overwrite to start it over, "
+                "or another --output-dir"
+            )
+        names = ", ".join(p.name for p in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise UserError(
+            f"{self.path} is not empty and is not a run of mtl-decoder ({names}): choose an empty or new "
+            "--output-dir, or pass --overwrite to delete what it holds"
+        )
+
+    def claim(self, remove_first: list[Path]) -> None:
+        """Make the folder this run's: remove what ``check_fresh`` listed (with --overwrite), write the marker."""
+        for path in remove_first:
+            remove(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.marker, {"created_by": "mtl-decoder"})
+
+    def check_resumable(self) -> None:
+        if not self.is_run():
+            raise UserError(f"--resume: {self.path} holds no run of mtl-decoder to continue")
+
+    def stored_config(self) -> dict[str, Any]:
+        try:
+            data = yaml.safe_load(self.config.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as err:
+            raise UserError(f"{self.config}: cannot read the run's config ({err})") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{self.config}: not a config")
+        return data
+
+    def stored_labels(self) -> dict[str, list[str]]:
+        try:
+            return json.loads(self.labels.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise UserError(f"{self.labels}: cannot read the run's label sets ({err})") from None
+
+    def write_config(self, text: str) -> None:
+        atomic_write_text(self.config, text)
+
+    def write_labels(self, label_sets: dict[str, list[str]]) -> None:
+        atomic_write_json(self.labels, label_sets)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        atomic_write_json(self.summary, summary)
