@@ -69,9 +69,27 @@ def source_probabilities(sizes: list[int], strategy: str, temperature: float = 2
     return weights / weights.sum()
 
 
+_MIX, _ORDER, _SHUFFLE = 0, 1, 2
+"""Tags that keep the sampler's random streams apart: each batch's mix, each source's order, the batch order."""
+
+
 class MultiTaskBatchSampler(torch.utils.data.Sampler[list[int]]):
-    """Batches that mix the sources: each example's source is drawn by the strategy ('round_robin' takes the
-    sources in turn); within a source, examples come without replacement in a fresh order each pass."""
+    """Batches that mix the task sources, deterministic given (seed, epoch).
+
+    Mix: how many examples of each source a batch holds is drawn by the strategy: 'round_robin' takes the
+    sources in turn (two sources and an even batch size: exactly half each), 'proportional' and 'temperature'
+    draw each example's source independently. Length grouping never changes a batch's mix.
+
+    Order: each source has one stream of examples, whole shuffled passes one after another, that continues
+    across epochs; an epoch takes the next examples of every stream. A source drawn fewer times per epoch than
+    its size is thus seen whole, every example once before any twice (up to the reordering inside one window of
+    batches). Where each stream stands at epoch e is recomputed from the draws of the epochs before it, so a
+    fresh sampler set to epoch e yields what an unbroken run does, and ``skip_first_batches`` resumes exactly.
+
+    Length grouping (``lengths`` given, ``group_by_length``): within each window of ``window`` batches, every
+    source's examples are sorted by length and cut into consecutive runs, one per batch in turn, so a batch's
+    short sentences of one task go with short ones of the other; then the window's batches are shuffled.
+    """
 
     def __init__(
         self,
@@ -86,11 +104,16 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler[list[int]]):
         window: int = 64,
     ):
         self.sizes = list(source_sizes)
+        if not self.sizes or min(self.sizes) <= 0:
+            raise ValueError(f"every source needs at least one example, got sizes {self.sizes}")
         self.offsets = np.cumsum([0, *self.sizes[:-1]])
         self.batch_size, self.strategy, self.temperature = batch_size, strategy, temperature
+        self.probabilities = source_probabilities(self.sizes, strategy, temperature)
         self.lengths = lengths if group_by_length else None
         self.seed, self.epoch, self.window = seed, 0, window
         self.num_batches = num_batches or math.ceil(sum(self.sizes) / batch_size)
+        self._starts: list[np.ndarray] = [np.zeros(len(self.sizes), dtype=np.int64)]
+        """_starts[e]: how far each source's stream had gone when epoch e began."""
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -98,38 +121,56 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler[list[int]]):
     def __len__(self) -> int:
         return self.num_batches
 
-    def draw_sources(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        if self.strategy == "round_robin":
-            return np.arange(count) % len(self.sizes)
-        return rng.choice(
-            len(self.sizes), size=count, p=source_probabilities(self.sizes, self.strategy, self.temperature)
-        )
+    def batch_mix(self, epoch: int) -> np.ndarray:
+        """(num_batches, sources): how many examples of each source every batch of ``epoch`` holds."""
+        n, b, k = self.num_batches, self.batch_size, len(self.sizes)
+        if self.strategy == "round_robin":  # slot j of the epoch goes to source j % k
+            ends = np.arange(n + 1)[:, None] * b
+            below = (ends - np.arange(k) + k - 1) // k  # slots under each end that belong to each source
+            return np.diff(below, axis=0)
+        rng = np.random.default_rng([self.seed, _MIX, epoch])
+        return rng.multinomial(b, self.probabilities, size=n)
+
+    def stream_starts(self, epoch: int) -> np.ndarray:
+        """How many examples of each source the epochs before ``epoch`` drew: where its stream resumes."""
+        while len(self._starts) <= epoch:
+            e = len(self._starts) - 1
+            self._starts.append(self._starts[e] + self.batch_mix(e).sum(axis=0))
+        return self._starts[epoch]
+
+    def stream(self, source: int, start: int, count: int) -> np.ndarray:
+        """Dataset indices ``start .. start + count`` of a source's stream: pass p is a permutation drawn from
+        (seed, source, p), so any stretch of the stream can be made without the passes before it."""
+        size = self.sizes[source]
+        if count <= 0:
+            return np.empty(0, dtype=np.int64)
+        first, last = start // size, (start + count - 1) // size
+        passes = [
+            np.random.default_rng([self.seed, _ORDER, source, p]).permutation(size) for p in range(first, last + 1)
+        ]
+        skip = start - first * size
+        return self.offsets[source] + np.concatenate(passes)[skip : skip + count]
 
     def __iter__(self):
-        rng = np.random.default_rng([self.seed, self.epoch])
-        count = self.num_batches * self.batch_size
-        sources = self.draw_sources(rng, count)
-        indices = np.empty(count, dtype=np.int64)
-        for k, size in enumerate(self.sizes):
-            picks = np.flatnonzero(sources == k)
-            passes = math.ceil(len(picks) / size) if len(picks) else 0
-            order = np.concatenate([rng.permutation(size) for _ in range(passes)]) if passes else np.empty(0, int)
-            indices[picks] = self.offsets[k] + order[: len(picks)]
-        batches = indices.reshape(self.num_batches, self.batch_size)
-        if self.lengths is not None:
-            batches = self._group_by_length(batches, rng)
-        for batch in batches:
-            yield batch.tolist()
-
-    def _group_by_length(self, batches: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Within each window of batches, sort examples by length, re-cut, and shuffle the batch order."""
-        out = []
-        for start in range(0, len(batches), self.window):
-            chunk = batches[start : start + self.window].reshape(-1)
-            order = np.lexsort((rng.random(len(chunk)), self.lengths[chunk]))
-            regrouped = chunk[order].reshape(-1, self.batch_size)
-            out.append(regrouped[rng.permutation(len(regrouped))])
-        return np.concatenate(out)
+        mix = self.batch_mix(self.epoch)
+        starts = self.stream_starts(self.epoch)
+        streams = [self.stream(k, int(starts[k]), int(mix[:, k].sum())) for k in range(len(self.sizes))]
+        rng = np.random.default_rng([self.seed, _SHUFFLE, self.epoch])
+        window = self.window if self.lengths is not None else self.num_batches
+        taken = np.zeros(len(self.sizes), dtype=np.int64)
+        for lo in range(0, self.num_batches, window):
+            counts = mix[lo : lo + window]  # (batches in the window, sources)
+            runs = []
+            for k, stream in enumerate(streams):
+                part = stream[taken[k] : taken[k] + counts[:, k].sum()]
+                taken[k] += len(part)
+                if self.lengths is not None:  # stable: equal lengths keep the stream's random order
+                    part = part[np.argsort(self.lengths[part], kind="stable")]
+                runs.append(np.split(part, np.cumsum(counts[:-1, k])))
+            batches = [np.concatenate([runs[k][j] for k in range(len(streams))]) for j in range(len(counts))]
+            order = rng.permutation(len(batches)) if self.lengths is not None else range(len(batches))
+            for j in order:
+                yield batches[j].tolist()
 
 
 def collator_for(model_cfg: ModelConfig, pad_id: int, task_kinds: dict[str, str]) -> Collator:

@@ -73,26 +73,100 @@ def test_deterministic_per_seed_and_epoch(strategy, group):
     assert all(len(batch) == 8 for batch in batches_of(a, 0))
 
 
+def draws_per_epoch(sampler: MultiTaskBatchSampler, epochs: int, sizes: list[int]) -> list[list[np.ndarray]]:
+    """[epoch][source]: the source-local indices drawn in each epoch, in batch order."""
+    offsets = np.cumsum([0, *sizes[:-1]])
+    out = []
+    for epoch in range(epochs):
+        flat = np.array([i for batch in batches_of(sampler, epoch) for i in batch])
+        k = source_of(flat, sizes)
+        out.append([flat[k == s] - offsets[s] for s in range(len(sizes))])
+    return out
+
+
 @pytest.mark.parametrize("strategy", ["proportional", "temperature", "round_robin"])
 @pytest.mark.parametrize("group", [False, True])
-def test_sources_are_visited_without_replacement(strategy, group):
-    sizes = [40, 13, 7]
+def test_every_pass_over_a_source_completes_across_epochs(strategy, group):
+    """A source drawn fewer times per epoch than its size is still seen whole: at the end of every epoch, the
+    times each example has been drawn since the start differ by at most one (the old sampler began a fresh
+    shuffle every epoch, so some examples came back before others were ever seen)."""
+    sizes = [100, 1000]
     lengths = np.random.default_rng(1).integers(5, 60, sum(sizes))
     sampler = MultiTaskBatchSampler(
-        sizes, 6, strategy, lengths=lengths, group_by_length=group, seed=3, num_batches=50, window=5
+        sizes, 8, strategy, lengths=lengths, group_by_length=group, seed=3, num_batches=10, window=4
     )
-    flat = np.array([i for batch in batches_of(sampler, 2) for i in batch])
-    offsets = np.cumsum([0, *sizes[:-1]])
+    epochs = draws_per_epoch(sampler, 60, sizes)  # ~40-70 draws of the big source an epoch: 2-4 passes
     for k, size in enumerate(sizes):
-        picks = flat[(flat >= offsets[k]) & (flat < offsets[k] + size)] - offsets[k]
-        counts = np.bincount(picks, minlength=size)
-        # passes are whole permutations: every example once per pass, so counts differ by at most one
-        assert counts.max() - counts.min() <= 1, (k, counts)
-        if len(picks) >= size:
-            assert counts.min() >= 1
-        if not group:  # without regrouping the draws of a source come pass after pass, in order
-            for start in range(0, len(picks) - size + 1, size):
-                assert sorted(picks[start : start + size]) == list(range(size))
+        counts = np.zeros(size, dtype=np.int64)
+        for e, draws in enumerate(epochs):
+            counts += np.bincount(draws[k], minlength=size)
+            assert counts.max() - counts.min() <= 1, (k, e, np.bincount(counts))
+        assert counts.sum() >= 2 * size  # the test covered more than one whole pass
+        if not group:  # without grouping, a source's stream is drawn in order: every pass is a permutation
+            stream = np.concatenate([draws[k] for draws in epochs])
+            for lo in range(0, len(stream) - size + 1, size):
+                assert sorted(stream[lo : lo + size]) == list(range(size))
+
+
+@pytest.mark.parametrize("strategy", ["proportional", "round_robin"])
+def test_an_epoch_is_the_same_however_it_is_reached(strategy):
+    """Resume: a fresh sampler set to epoch e (a resumed run) yields what one that went through epochs 0..e-1
+    did, and Accelerate's skip_first_batches on it gives the rest of the epoch."""
+    from accelerate import skip_first_batches
+
+    sizes = [37, 300]
+    lengths = np.random.default_rng(2).integers(5, 60, sum(sizes))
+
+    def make():
+        return MultiTaskBatchSampler(sizes, 8, strategy, lengths=lengths, seed=5, num_batches=12, window=5)
+
+    unbroken = make()
+    seen = [batches_of(unbroken, e) for e in range(7)]
+    assert batches_of(unbroken, 6) == seen[6]  # iterating an epoch twice gives the same batches
+    fresh = make()
+    assert batches_of(fresh, 6) == seen[6]
+    assert batches_of(fresh, 3) == seen[3]  # and going back
+    resumed = make()
+    resumed.set_epoch(4)
+    loader = torch.utils.data.DataLoader(list(range(sum(sizes))), batch_sampler=resumed, collate_fn=list)
+    assert list(skip_first_batches(loader, 5)) == seen[4][5:]
+
+
+def mixes(batches: list[list[int]], sizes: list[int]) -> np.ndarray:
+    """(batches, sources): how many examples of each source every batch holds."""
+    return np.array([np.bincount(source_of(np.array(b), sizes), minlength=len(sizes)) for b in batches])
+
+
+def test_round_robin_batches_are_half_and_half_with_length_grouping():
+    """The old regrouping re-cut batches across sources inside a window: a batch's share of one source ran from
+    about 1/8 to 7/8 on the benchmark data. Now every batch keeps the mix drawn for it."""
+    sizes = [300, 2000]
+    rng = np.random.default_rng(0)
+    lengths = np.concatenate([rng.integers(10, 60, 300), rng.integers(3, 25, 2000)])  # one task's are longer
+    for epoch in range(3):
+        batches = batches_of(
+            MultiTaskBatchSampler(sizes, 16, "round_robin", lengths=lengths, seed=1, num_batches=50), epoch
+        )
+        assert (mixes(batches, sizes) == [8, 8]).all()
+    three = batches_of(MultiTaskBatchSampler([50, 60, 70], 8, "round_robin", lengths=lengths, num_batches=30))
+    assert {tuple(sorted(m)) for m in mixes(three, [50, 60, 70])} == {(2, 3, 3)}
+
+
+@pytest.mark.parametrize("strategy", ["proportional", "temperature"])
+def test_length_grouping_keeps_each_drawn_mix(strategy):
+    sizes = [300, 2000]
+    lengths = np.random.default_rng(0).integers(3, 60, sum(sizes))
+    common = dict(source_sizes=sizes, batch_size=16, strategy=strategy, lengths=lengths, seed=4, num_batches=400)
+    grouped = MultiTaskBatchSampler(group_by_length=True, **common)
+    plain = MultiTaskBatchSampler(group_by_length=False, **common)
+    drawn = grouped.batch_mix(0)
+    assert (mixes(batches_of(plain), sizes) == drawn).all()  # without grouping: batch after batch as drawn
+    # with grouping, the batches of a window are shuffled, but each keeps a drawn mix
+    got = mixes(batches_of(grouped), sizes)
+    for lo in range(0, 400, grouped.window):
+        assert sorted(map(tuple, got[lo : lo + 64])) == sorted(map(tuple, drawn[lo : lo + 64]))
+    p = source_probabilities(sizes, strategy)[0]
+    assert got[:, 0].sum() / got.sum() == pytest.approx(p, abs=4 * (p * (1 - p) / got.sum()) ** 0.5)
 
 
 def test_round_robin_oversamples_small_sources_equally():
