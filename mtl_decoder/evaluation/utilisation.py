@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from mtl_decoder.config import SHARED
-from mtl_decoder.model import ExpertBlock, MTLDecoder, MTLOutput
+from mtl_decoder.model import MTLOutput, MultiTaskModel
 
 COVERAGE = (
     "real (non-pad) tokens, special tokens included, of the examples evaluated for the gate's own task; "
@@ -111,23 +111,24 @@ def _named(names: list[str], values: torch.Tensor) -> dict[str, float]:
 class UtilisationTracker:
     """``on_batch(out, batch)`` for ``Predictor.predict``: accumulates every layer's gates from ``out.gates``."""
 
-    def __init__(self, model: MTLDecoder, position_buckets: list[int], dead_fraction: float):
+    def __init__(self, model: MultiTaskModel, position_buckets: list[int], dead_fraction: float):
         self.model, self.bounds, self.dead_fraction = model, list(position_buckets), dead_fraction
-        self.stats: list[dict[str, GateStats]] = [{} for _ in model.layers]
-        self.has_gates = any(isinstance(layer.ffn, ExpertBlock) for layer in model.layers)
+        self.blocks = model.expert_blocks()
+        self.stats: list[dict[str, GateStats]] = [{} for _ in self.blocks]
+        self.has_gates = any(block is not None for block in self.blocks)
 
     def __call__(self, out: MTLOutput, batch: dict[str, Any] | None = None) -> None:
         if not self.has_gates or out.layout is None:
             return
         layout = out.layout
         evaluated = set(out.logits)  # the tasks this batch was run for
-        for layer_stats, layer, gates in zip(self.stats, self.model.layers, out.gates, strict=True):
+        for layer_stats, block, gates in zip(self.stats, self.blocks, out.gates, strict=True):
             for gate, weights in gates.items():
                 if gate != SHARED and gate not in evaluated:
                     continue  # task k's gate on examples evaluated for another task: not task k's utilisation
                 span = layout.tokens(gate)
                 if gate not in layer_stats:
-                    layer_stats[gate] = GateStats(layer.ffn.expert_names(gate, self.model.task_names), self.bounds)
+                    layer_stats[gate] = GateStats(block.expert_names(gate, self.model.task_names), self.bounds)
                 layer_stats[gate].add(weights, layout.token_position[span])
 
     def summary(self) -> dict[str, dict[str, dict[str, Any]]]:

@@ -3,8 +3,9 @@ config into a model."""
 
 from mtl_decoder.config import SHARED
 from mtl_decoder.model.builder import build_model
-from mtl_decoder.model.decoder import MTLDecoder, MTLOutput, TaskHeadSpec, word_level
+from mtl_decoder.model.decoder import MTLDecoder
 from mtl_decoder.model.experts import ExpertBlock, ExpertGroup, Gate, RouteLayout
+from mtl_decoder.model.heads import MTLOutput, MultiTaskModel, TaskHeadSpec, word_level
 
 __all__ = [
     "SHARED",
@@ -13,6 +14,7 @@ __all__ = [
     "Gate",
     "MTLDecoder",
     "MTLOutput",
+    "MultiTaskModel",
     "RouteLayout",
     "TaskHeadSpec",
     "build_model",

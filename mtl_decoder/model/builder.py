@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from mtl_decoder.config import ExperimentConfig
 from mtl_decoder.data.tokenization import TextEncoder
-from mtl_decoder.model.decoder import MTLDecoder, TaskHeadSpec
+from mtl_decoder.model.decoder import MTLDecoder
+from mtl_decoder.model.heads import TaskHeadSpec
 
 
 def head_specs(config: ExperimentConfig, label_sets: dict[str, list[str]]) -> list[TaskHeadSpec]:

@@ -1,0 +1,222 @@
+"""Task heads over a trunk's routes: what every multi-task model shares, whatever its trunk.
+
+A ``MultiTaskModel`` decides which routes a batch runs (``route_layout``, from the variant table), asks its
+trunk for the residual stream of every route (``encode``: the native decoder, a pretrained Hugging Face trunk,
+or native layers over a frozen one), then runs each task's head on its route: a linear layer per token for
+tagging (with an optional CRF), pooled for classification. Each task's loss is masked to the examples that carry
+its label and averaged per example (PLE paper, Eq. 9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mtl_decoder.config import CLASSIFICATION, SHARED, TAGGING, ModelConfig
+from mtl_decoder.model.crf import CRF
+from mtl_decoder.model.experts import ExpertBlock, RouteLayout
+
+
+@dataclass(frozen=True)
+class TaskHeadSpec:
+    """What the model needs to know of a task: its name, kind and label set."""
+
+    name: str
+    kind: str
+    labels: tuple[str, ...]
+
+
+@dataclass
+class MTLOutput:
+    logits: dict[str, torch.Tensor]
+    """Per task: (n_k, T, L) for tagging, (n_k, L) for classification."""
+    examples: dict[str, torch.Tensor]
+    """Per task: the (n_k,) batch examples its logits rows belong to."""
+    losses: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Per task with labels in the batch: its loss, masked to the examples carrying its label."""
+    loss: torch.Tensor | None = None
+    """Sum of the task losses (the trainer balances them itself)."""
+    gates: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    """Per layer: gate name -> (M_route, E) weights over real tokens (see ``layout``)."""
+    layout: RouteLayout | None = None
+    """Which examples and token positions the gates' rows are."""
+
+
+class MultiTaskModel(nn.Module):
+    """Routes, heads, losses and decoding; subclasses provide the trunk (``encode``, ``final_norm``)."""
+
+    final_norm: nn.Module
+    """Applied to a route's stream before its head (the trunk's last norm; Identity where the trunk applies it)."""
+
+    def __init__(self, cfg: ModelConfig, tasks: list[TaskHeadSpec], d_model: int):
+        super().__init__()
+        self.cfg, self.tasks = cfg, list(tasks)
+        self.heads = nn.ModuleDict({t.name: nn.Linear(d_model, len(t.labels)) for t in tasks})
+        self.crfs = nn.ModuleDict(
+            {t.name: CRF(list(t.labels)) for t in tasks if t.kind == TAGGING and cfg.tagging_decoder == "crf"}
+        )
+
+    # ---------------------------------------------------------------------------------- what the trunk provides
+
+    def encode(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layout: RouteLayout, features: dict[str, Any]
+    ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+        """The residual stream of every row of ``layout`` (N, T, C) and each layer's gate weights."""
+        raise NotImplementedError
+
+    def expert_blocks(self) -> list[ExpertBlock | None]:
+        """Each layer's expert block (None for a layer without gates), in layer order."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------------------------- tasks and routes
+
+    @property
+    def task_names(self) -> list[str]:
+        return [t.name for t in self.tasks]
+
+    def task(self, name: str) -> TaskHeadSpec:
+        return self.tasks[self.task_names.index(name)]
+
+    def route_layout(
+        self, attention_mask: torch.Tensor, tasks: list[str], present: dict[str, torch.Tensor] | None
+    ) -> RouteLayout:
+        """The rows each route takes: every example for ple/mlp; for cgc/mmoe only those a task asks for."""
+        B = attention_mask.shape[0]
+        everyone = torch.arange(B, device=attention_mask.device)
+        variant = self.cfg.variant
+        if not variant.gated:
+            return RouteLayout.build({SHARED: everyone}, attention_mask)
+        if variant.shared_route:  # the shared gate mixes every task's experts: all routes are needed
+            return RouteLayout.build({**{t: everyone for t in self.task_names}, SHARED: everyone}, attention_mask)
+        routes = {}
+        for name in tasks:
+            examples = everyone if present is None else present[name].nonzero().squeeze(1)
+            if len(examples):
+                routes[name] = examples
+        return RouteLayout.build(routes, attention_mask)
+
+    def head_route(self, task: str) -> str:
+        return self.cfg.variant.head_route(task)
+
+    # ---------------------------------------------------------------------------------- forward
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        labels: dict[str, torch.Tensor] | None = None,
+        tasks: list[str] | None = None,
+        word_index: torch.Tensor | None = None,
+        **features: Any,
+    ) -> MTLOutput:
+        """input_ids, attention_mask: (B, T), right-padded. labels: task -> (B, T) tags or (B,) classes, -100 =
+        no label. ``tasks``: heads to run (default: the labelled tasks, or all without labels). ``features``:
+        per-word inputs from the collator (token_word, char_ids, shape_ids, hash_ids), passed to the trunk."""
+        attention_mask = attention_mask.bool()
+        B = input_ids.shape[0]
+        present = None if labels is None else {k: _has_label(v) for k, v in labels.items()}
+        if tasks is None:
+            tasks = [t for t in self.task_names if present is None or (t in present and present[t].any())]
+        if present is not None:
+            present = {t: present.get(t, torch.zeros(B, dtype=torch.bool, device=input_ids.device)) for t in tasks}
+        layout = self.route_layout(attention_mask, tasks, present)
+        if not layout.names:  # cgc/mmoe and no example asks for any task: nothing to run
+            return MTLOutput(logits={}, examples={}, gates=[{} for _ in self.expert_blocks()], layout=layout)
+
+        h, gates = self.encode(input_ids, attention_mask, layout, features)  # (N, T, C)
+        out = MTLOutput(logits={}, examples={}, gates=gates, layout=layout)
+        for name in tasks:
+            route = self.head_route(name)
+            if route not in layout.names:
+                continue
+            rows = layout.rows(route)
+            hidden = self.final_norm(h[rows])  # (n_k, T, C)
+            examples = layout.row_example[rows]
+            if self.task(name).kind == CLASSIFICATION:
+                hidden = self._pool(hidden, attention_mask[examples])  # (n_k, C)
+            out.logits[name] = self.heads[name](hidden)
+            out.examples[name] = examples
+            if labels is not None and name in labels:
+                loss = self._task_loss(name, out.logits[name], labels[name][examples], word_index, examples)
+                if loss is not None:
+                    out.losses[name] = loss
+        if out.losses:
+            out.loss = torch.stack(list(out.losses.values())).sum()
+        return out
+
+    def _pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.cfg.attention == "causal":  # only the last real token has read the whole sentence
+            last = attention_mask.sum(1) - 1  # (n,)
+            return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+        m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+
+    def _task_loss(
+        self,
+        name: str,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        word_index: torch.Tensor | None,
+        examples: torch.Tensor,
+    ) -> torch.Tensor | None:
+        """The mean over the examples that carry the task's label of each example's loss (PLE, Eq. 9): a tagged
+        sentence counts once whatever its length, as a classified one does."""
+        keep = _has_label(labels)
+        if not keep.any():
+            return None
+        if name in self.crfs:
+            emissions, tags, mask = word_level(logits[keep], word_index[examples][keep], labels[keep])
+            return self.crfs[name].nll(emissions, tags, mask).mean()
+        if labels.dim() == 1:  # classification: one label per example
+            return F.cross_entropy(logits[keep].float(), labels[keep])
+        logits, labels = logits[keep].float(), labels[keep]  # (n, T, L), (n, T)
+        per_token = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="none")  # (n, T)
+        counted = (labels != -100).sum(1)  # (n,) >= 1: every kept example has a labelled token
+        return (per_token.sum(1) / counted).mean()
+
+    # ---------------------------------------------------------------------------------- decoding
+
+    @torch.no_grad()
+    def decode_tags(self, name: str, logits: torch.Tensor, word_index: torch.Tensor) -> list[list[int]]:
+        """Word-level tag ids for each row of a tagging task's logits (first sub-word of every word)."""
+        emissions, _, mask = word_level(logits, word_index)
+        if name in self.crfs:
+            return self.crfs[name].decode(emissions, mask)
+        best = emissions.argmax(-1)
+        return [row[: int(n)].tolist() for row, n in zip(best, mask.sum(1), strict=True)]
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+
+def _has_label(labels: torch.Tensor) -> torch.Tensor:
+    """(B,) whether each example carries a label: any word label for tagging, the class for classification."""
+    return (labels != -100).any(dim=1) if labels.dim() == 2 else labels != -100
+
+
+def word_level(
+    logits: torch.Tensor, word_index: torch.Tensor, labels: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gather first-sub-word logits into word order: (n, W, L) emissions, (n, W) tags, (n, W) prefix mask.
+
+    word_index (n, T) gives each sub-word's word (-1 for special tokens and padding); words cut by truncation
+    are absent, so the present words of a row are always a prefix 0..W_i-1.
+    """
+    n, _T, L = logits.shape
+    prev = torch.cat([torch.full_like(word_index[:, :1], -1), word_index[:, :-1]], dim=1)
+    first = (word_index >= 0) & (word_index != prev)  # (n, T)
+    W = int(word_index.max().item()) + 1 if first.any() else 1
+    rows, cols = first.nonzero(as_tuple=True)
+    words = word_index[rows, cols]
+    emissions = logits.new_zeros(n, W, L)
+    emissions[rows, words] = logits[rows, cols]
+    mask = torch.zeros(n, W, dtype=torch.bool, device=logits.device)
+    mask[rows, words] = True
+    tags = torch.full((n, W), -100, dtype=torch.long, device=logits.device)
+    if labels is not None:
+        tags[rows, words] = labels[rows, cols]
+    return emissions, tags, mask
