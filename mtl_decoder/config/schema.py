@@ -134,11 +134,15 @@ class DataConfig:
     eval_batch_size: int = 64
     """Examples per batch in validation, evaluate and predict (one setting, so their numbers agree)."""
     sampling: str = "proportional"
-    """How batches draw from the task sources: 'proportional', 'temperature' or 'round_robin'."""
+    """How batches draw from the task sources: 'proportional', 'temperature' or 'round_robin' (sources in turn:
+    with two sources and an even batch size, every batch is exactly half each). Each source is read as one
+    shuffled stream across epochs, so every example is seen once before any is seen twice."""
     temperature: float = 2.0
     """T for temperature sampling: source k is drawn with probability proportional to n_k^(1/T)."""
     group_by_length: bool = True
-    """Form batches of similar length (less padding) within a window of batches."""
+    """Form batches of similar length (less padding) within a window of 64 batches, each source sorted apart:
+    a batch keeps exactly the task mix drawn for it (on the CoNLL + SST-2 benchmark, 76% of padded positions
+    are real tokens with it, 33% without; benchmarks/results/batch_mix.json)."""
     repair_iob: bool = False
     """Repair invalid IOB2 tags (an I-X without B-X/I-X before it becomes B-X) instead of failing."""
     word_dropout: float = 0.0
