@@ -227,9 +227,12 @@ class BalancingConfig:
     temperature: float = 2.0
     """Temperature of 'dwa'."""
     min_weight: float | None = None
-    """Guard for 'ema': floor on a task's weight relative to the mean weight (e.g. 0.5)."""
+    """Guard for 'ema' (at most 1): with a guard set, the weights are divided by their geometric mean, then each
+    is kept within [min_weight, max_weight] by water-filling so that the geometric mean stays 1 (e.g. 0.5 and
+    2.0: EMA losses 0.01 and 1.0 give weights 2 and 0.5). Two tasks' weights then differ at most
+    max_weight / min_weight times. Both bounds bind for any number of tasks (training/balancing.py)."""
     max_weight: float | None = None
-    """Guard for 'ema': cap on a task's weight relative to the mean weight (e.g. 2.0)."""
+    """Guard for 'ema' (at least 1): cap on a task's weight relative to the geometric mean; see min_weight."""
 
     def __post_init__(self) -> None:
         _choice("method", self.method, ("ema", "equal", "static", "dwa", "uncertainty"))
@@ -242,6 +245,14 @@ class BalancingConfig:
                 _positive(name, getattr(self, name))
         if self.min_weight and self.max_weight and self.min_weight > self.max_weight:
             raise ConfigError("min_weight", f"{self.min_weight} is above max_weight {self.max_weight}")
+        if self.min_weight is not None and self.min_weight > 1:
+            raise ConfigError(
+                "min_weight", f"must be at most 1 (a bound relative to the weights' mean), got {self.min_weight}"
+            )
+        if self.max_weight is not None and self.max_weight < 1:
+            raise ConfigError(
+                "max_weight", f"must be at least 1 (a bound relative to the weights' mean), got {self.max_weight}"
+            )
 
 
 @dataclass

@@ -1,12 +1,16 @@
 """Loss balancing: total = scale * sum_k w_k * L_k, with w_k chosen by the method.
 
-ema          w_k = 1 / EMA_k(L_k)  (detached, decay beta, started at the first value), optionally kept
-             within [min_weight, max_weight] x the mean weight: once a task's loss is tiny its weight
-             would otherwise grow without bound
+ema          w_k = 1 / EMA_k(L_k) (detached, decay beta, started at the first value). With min_weight and/or
+             max_weight set, the weights are first divided by their geometric mean and then bounded
+             (``bounded_weights``): once a task's loss is tiny its weight would otherwise grow without bound.
 equal        w_k = 1
 static       w_k = the task file's loss_weight
 dwa          Liu et al. 2019: w_k = K softmax_k(r_k / T), r_k = L_k(e-1) / L_k(e-2) of epoch mean losses
-uncertainty  Kendall et al. 2018: sum_k exp(-s_k) L_k + s_k, s_k = log sigma_k^2 learned
+uncertainty  Kendall, Gal & Cipolla, CVPR 2018, eq. (10), the form for a softmax (classification) likelihood:
+             a task's term is L_k / sigma_k^2 + log sigma_k = exp(-s_k) L_k + s_k / 2 with s_k = log sigma_k^2
+             learned; its optimum is s_k = log(2 L_k), weight 1 / (2 L_k). Every task here has a softmax or CRF
+             (a softmax over tag sequences) likelihood, so none takes the regression form
+             exp(-s_k) L_k / 2 + s_k / 2 (the earlier code used exp(-s_k) L_k + s_k, twice the regression form).
 """
 
 from __future__ import annotations
@@ -62,9 +66,9 @@ class LossBalancer(nn.Module):
         lo, hi = self.cfg.min_weight, self.cfg.max_weight
         if lo is None and hi is None:
             return raw
-        known = [raw[t] for t in self.tasks if t in self.ema]
-        mean = sum(known) / len(known) if known else 1.0
-        return {t: mean * min(max(w / mean, lo or 0.0), hi or math.inf) for t, w in raw.items()}
+        known = [t for t in self.tasks if t in self.ema]  # a task not seen yet keeps weight 1
+        bounded = bounded_weights([raw[t] for t in known], lo or 0.0, hi or math.inf)
+        return {**raw, **dict(zip(known, bounded, strict=True))}
 
     def _dwa_weights(self) -> dict[str, float]:
         if len(self.epoch_means) < 2:
@@ -82,7 +86,7 @@ class LossBalancer(nn.Module):
         for task, loss in losses.items():
             if self.cfg.method == "uncertainty":
                 s = self.log_vars[self.tasks.index(task)]
-                terms.append(torch.exp(-s) * loss + s)
+                terms.append(torch.exp(-s) * loss + 0.5 * s)  # Kendall et al. 2018, eq. (10), softmax form
             else:
                 terms.append(weights[task] * loss)
         return self.cfg.scale * torch.stack(terms).sum()
@@ -108,3 +112,37 @@ class LossBalancer(nn.Module):
         if self.log_vars is not None and "log_vars" in state:
             with torch.no_grad():
                 self.log_vars.copy_(torch.tensor(state["log_vars"]))
+
+
+def bounded_weights(raw: list[float], lo: float, hi: float) -> list[float]:
+    """``raw`` (positive) rescaled to geometric mean 1, each then kept within [lo, hi] with the geometric mean
+    still 1: w_i = clip(c * raw_i, lo, hi), c chosen so that the product of the w_i is 1 (water-filling in log
+    space). Needs lo <= 1 <= hi. Relative to the geometric mean, both bounds bind for any number of tasks: two
+    tasks with raw weights 100 and 1 get 2 and 0.5 under [0.5, 2], a ratio of at most hi / lo. (Against the
+    arithmetic mean, a cap of 2 could never bind with two tasks: neither weight can exceed twice their mean.)"""
+    if not raw:
+        return []
+    logs = [math.log(r) for r in raw]
+    log_lo, log_hi = (math.log(lo) if lo > 0 else -math.inf), math.log(hi)
+
+    def clipped(shift: float) -> list[float]:
+        return [min(max(x + shift, log_lo), log_hi) for x in logs]
+
+    # sum(clipped(shift)) rises from len*log_lo to len*log_hi, piecewise linear between the points where some
+    # task meets a bound: find the piece where it crosses 0 and solve the linear equation on it.
+    points = sorted({b - x for x in logs for b in (log_lo, log_hi) if math.isfinite(b)})
+    below = -math.inf
+    for point in [*points, math.inf]:
+        if point == math.inf or sum(clipped(point)) >= 0:
+            if below == -math.inf:
+                probe = point - 1.0
+            elif point == math.inf:
+                probe = below + 1.0
+            else:
+                probe = (below + point) / 2
+            free = [x for x, v in zip(logs, clipped(probe), strict=True) if log_lo < v < log_hi]
+            fixed = sum(v for v in clipped(probe) if not log_lo < v < log_hi)
+            shift = (-fixed - sum(free)) / len(free) if free else probe
+            return [math.exp(v) for v in clipped(shift)]
+        below = point
+    raise AssertionError("unreachable: the last piece always crosses")
