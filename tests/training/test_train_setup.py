@@ -1,0 +1,51 @@
+"""Trainer.setup's process-wide side effects: per-process random streams, and glibc's allocator only on request."""
+
+from __future__ import annotations
+
+import types
+
+import accelerate.utils.random
+import pytest
+import torch
+
+import mtl_decoder.training.trainer as trainer_module
+from mtl_decoder.training.trainer import Trainer
+
+
+def _setup(config) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The initial weights and torch's RNG state right after setup (what dropout will draw from)."""
+    trainer = Trainer(config)
+    try:
+        trainer.setup()
+        weights = {
+            k: v.detach().clone() for k, v in trainer.accelerator.unwrap_model(trainer.model).state_dict().items()
+        }
+        return weights, torch.get_rng_state()
+    finally:
+        trainer.cleanup()
+
+
+def test_processes_share_initial_weights_but_not_dropout(make_config, tmp_path, monkeypatch):
+    """Rank 1 of a two-process run, simulated: Accelerate's set_seed(device_specific=True) adds the process
+    index. The model must be built from the common seed (the same weights on every process) and dropout must then
+    draw from a stream of its own (the old code seeded every process alike, so all dropped the same units)."""
+    first_weights, first_rng = _setup(make_config(tmp_path / "rank0", ["model.dropout=0.1"]))
+    monkeypatch.setattr(accelerate.utils.random, "AcceleratorState", lambda: types.SimpleNamespace(process_index=1))
+    other_weights, other_rng = _setup(make_config(tmp_path / "rank1", ["model.dropout=0.1"]))
+    assert first_weights.keys() == other_weights.keys()
+    assert all(torch.equal(first_weights[k], other_weights[k]) for k in first_weights)
+    assert not torch.equal(first_rng, other_rng)
+    torch.manual_seed(0)
+    expected = torch.get_rng_state()  # rank 1 with seed 0 would be seeded 1; rank 0 draws from seed 0
+    assert torch.equal(first_rng, expected) and not torch.equal(other_rng, expected)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_allocator_setting_only_when_asked(make_config, tmp_path, monkeypatch, keep):
+    """glibc's mallopt changes the whole process (a library user's too): training.keep_freed_memory, default
+    off, decides it (the old trainer called it on every run)."""
+    calls = []
+    monkeypatch.setattr(trainer_module, "keep_freed_memory", lambda: calls.append(1) or True)
+    overrides = ["training.keep_freed_memory=true"] if keep else []
+    _setup(make_config(tmp_path / "run", overrides))
+    assert calls == ([1] if keep else [])
