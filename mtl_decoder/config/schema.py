@@ -169,7 +169,10 @@ class TrainingConfig:
     max_steps: int | None = None
     """Stop after this many optimizer steps (overrides epochs when set)."""
     max_minutes: float | None = None
-    """Stop (validate, keep the best, checkpoint) once training has taken this long, validations included."""
+    """Stop (validate, keep the best, checkpoint) once training has taken this long, validations included. A
+    safety net for step-bound runs: while it is set, the learning-rate schedule runs on the larger of the step
+    fraction (step / total steps) and the fraction of this budget spent, so a run it stops early still ends with
+    the rate decayed; while the steps are ahead of the clock, the schedule is the plain step schedule."""
     lr: float = 1e-3
     """Peak learning rate of AdamW."""
     weight_decay: float = 0.01

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,10 +106,19 @@ def make_optimizer(groups: list[dict], cfg: TrainingConfig) -> torch.optim.Optim
         return torch.optim.AdamW(groups, lr=cfg.lr)
 
 
-def lr_lambda(cfg: TrainingConfig, total_steps: int):
+def lr_lambda(cfg: TrainingConfig, total_steps: int, budget_spent: Callable[[], float] | None = None):
+    """The learning-rate factor of each optimizer step (LambdaLR): linear warm-up over warmup_ratio of the run,
+    then the schedule's decay to 0 at ``total_steps``.
+
+    ``budget_spent``: where training.max_minutes is set, a function giving the fraction of it spent so far. The
+    run's progress is then the larger of the step fraction and the time fraction (factor(step) is that of step
+    max(step, spent * total_steps)), so a run that the wall-clock cap stops before its last step still ends
+    with the rate decayed, as an unbroken run would; while the steps are ahead of the clock nothing changes."""
     warmup = max(1, int(cfg.warmup_ratio * total_steps)) if cfg.warmup_ratio else 0
 
     def factor(step: int) -> float:
+        if budget_spent is not None:
+            step = max(step, min(1.0, budget_spent()) * total_steps)
         if step < warmup:
             return (step + 1) / warmup
         if cfg.schedule == "constant":

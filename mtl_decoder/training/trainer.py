@@ -104,6 +104,8 @@ class Trainer:
         self.state = TrainState()
         self.accelerator: Accelerator | None = None
         self.log: RunLogger | None = None
+        self.budget_spent = 0.0
+        """Fraction of training.max_minutes spent, the same on every process (the schedule follows it)."""
 
     # ------------------------------------------------------------------------------------------------ setup
 
@@ -189,7 +191,8 @@ class Trainer:
         self.steps_per_epoch = max(1, len(self.loader) // cfg.training.grad_accum_steps)
         self.total_steps = cfg.training.max_steps or cfg.training.epochs * self.steps_per_epoch
         self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
-        self.lr_factor = lr_lambda(cfg.training, self.total_steps)
+        spent = (lambda: self.budget_spent) if cfg.training.max_minutes else None
+        self.lr_factor = lr_lambda(cfg.training, self.total_steps, spent)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor)
 
     def _restore(self, path: Path, honoured: dict[str, tuple]) -> None:
@@ -197,6 +200,7 @@ class Trainer:
         self.balancer.load(state.pop("balancer"))
         self.scheduler.load_state_dict(state.pop("scheduler"))
         self.state = TrainState.from_dict(state)
+        self._over_time_budget()  # the schedule's time fraction, before a changed lr recomputes the rate below
         if "training.lr" in honoured:  # the schedule keeps its shape around the new peak, from this step on
             lr = self.cfg.training.lr
             self.scheduler.base_lrs = [lr for _ in self.optimizer.param_groups]
@@ -242,15 +246,17 @@ class Trainer:
                     self._validate_and_checkpoint()
 
     def _over_time_budget(self) -> bool:
-        """Whether training.max_minutes is spent (steps and validations); every process gets the same answer."""
+        """Updates budget_spent (steps and validations, the largest over processes, so every process gets the
+        same learning rate and the same answer); whether training.max_minutes is all spent."""
         budget = self.cfg.training.max_minutes
         if budget is None:
             return False
-        spent = self.state.train_seconds + self.state.validation_seconds
-        over = torch.tensor(float(spent > budget * 60), device=self.accelerator.device)
+        spent = (self.state.train_seconds + self.state.validation_seconds) / (budget * 60)
+        spent = torch.tensor(spent, device=self.accelerator.device)
         if self.accelerator.num_processes > 1:
-            over = self.accelerator.reduce(over, "max")
-        return bool(over.item())
+            spent = self.accelerator.reduce(spent, "max")
+        self.budget_spent = float(spent.item())
+        return self.budget_spent > 1.0
 
     def _run_epoch(self, epoch: int) -> None:
         """Train until the epoch ends, the step or time budget is spent, or early stopping triggers."""
@@ -272,12 +278,13 @@ class Trainer:
             if not synced:
                 continue
             st.step += 1
-            self.scheduler.step()
+            over = self._over_time_budget()
+            self.scheduler.step()  # the schedule follows the larger of the step and time fractions
             if st.step % self.cfg.training.log_every == 0:
                 self.log.train_step(st.step, epoch, self.scheduler.get_last_lr()[0], self.balancer, bar)
             last = st.step >= self.total_steps
             every = self.cfg.training.eval_every
-            if self._over_time_budget():
+            if over:
                 st.stop_reason = "time_budget"
                 self.log.info(f"step {st.step}: training.max_minutes ({self.cfg.training.max_minutes}) spent")
                 if not (every and st.step % every == 0):

@@ -1,0 +1,53 @@
+"""The learning-rate schedule: by steps, and by the elapsed fraction of training.max_minutes when that is ahead."""
+
+from __future__ import annotations
+
+import itertools
+import types
+
+import pytest
+
+import mtl_decoder.training.trainer as trainer_module
+from mtl_decoder.config import TrainingConfig
+from mtl_decoder.training.setup import lr_lambda
+from mtl_decoder.training.trainer import Trainer
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear"])
+def test_schedule_follows_the_larger_of_step_and_time_fractions(schedule):
+    cfg = TrainingConfig(schedule=schedule, warmup_ratio=0.1)
+    by_steps = lr_lambda(cfg, 100)
+    spent = {"fraction": 0.0}
+    by_both = lr_lambda(cfg, 100, lambda: spent["fraction"])
+    assert [by_both(s) for s in range(100)] == [by_steps(s) for s in range(100)]  # the clock behind: no change
+    assert by_steps(5) == pytest.approx(0.6) and by_steps(100) == pytest.approx(0.0)
+    spent["fraction"] = 0.5
+    assert by_both(10) == pytest.approx(by_steps(50))  # the clock ahead: the schedule of step 50
+    assert by_both(80) == pytest.approx(by_steps(80))  # the steps ahead again
+    spent["fraction"] = 1.3  # past the cap (the last step's rate): fully decayed, never beyond
+    assert by_both(20) == pytest.approx(0.0, abs=1e-12)
+    spent["fraction"] = 0.05  # within warm-up by the clock: warm-up continues from the later point
+    assert by_both(1) == pytest.approx(by_steps(5))
+
+
+def test_a_run_stopped_by_the_time_cap_ends_cooled_down(make_config, tmp_path, monkeypatch):
+    """A fake clock that advances one second per reading: the 20-second cap stops a 200-step run after ~10
+    steps; the rate there must have decayed as at the end of the run (the step schedule alone would still be
+    near its peak)."""
+    clock = itertools.count(0.0, 1.0)
+    monkeypatch.setattr(trainer_module, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    cfg = make_config(
+        tmp_path / "run",
+        ["training.max_steps=200", f"training.max_minutes={20 / 60}", "training.warmup_ratio=0.02"],
+    )
+    trainer = Trainer(cfg)
+    try:
+        trainer.setup()
+        trainer.train()
+        result = trainer.save()
+        lr = trainer.scheduler.get_last_lr()[0]
+    finally:
+        trainer.cleanup()
+    assert result.stop_reason == "time_budget" and 5 <= result.steps < 30
+    assert lr < 0.01 * cfg.training.lr
+    assert lr_lambda(cfg.training, 200)(result.steps) > 0.9  # what the step schedule alone would give
