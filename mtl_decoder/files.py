@@ -4,6 +4,9 @@ Every output (a model folder, metrics, a checkpoint's state, prediction files) i
 temporary sibling name ``.NAME.mtl-tmp-PID-RANDOM`` in the same folder (same file system, so the final rename
 is atomic) and renamed into place only once complete. The process id in the name lets a later run tell the
 leftovers of a killed process (``stale_temporaries``) from those of one still running.
+
+``terminate_unwinds`` turns SIGTERM into a ``Terminated`` exception for the duration of a block, so that the
+``with`` blocks inside it (``AtomicFile``) discard their temporaries instead of leaving them to a later run.
 """
 
 from __future__ import annotations
@@ -12,12 +15,70 @@ import json
 import os
 import secrets
 import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from mtl_decoder.errors import UserError
 
 TMP_MARK = ".mtl-tmp-"
+
+
+class Terminated(BaseException):
+    """SIGTERM received inside ``terminate_unwinds``. A BaseException, like KeyboardInterrupt, so that no
+    ``except Exception`` on the way swallows it; the CLI exits with status 143 (128 + SIGTERM)."""
+
+    exit_code = 128 + signal.SIGTERM
+
+
+class Unwinder:
+    """What ``terminate_unwinds`` yields: ``deferred()`` holds a SIGTERM back for the length of a short block
+    (renaming finished files into place), so that a set of files is committed together or not at all."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending = False
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        if self.pending and not self.depth:
+            self.pending = False
+            raise Terminated("terminated by SIGTERM")
+
+
+@contextmanager
+def terminate_unwinds() -> Iterator[Unwinder]:
+    """Within the block, SIGTERM raises ``Terminated`` in the main thread, so ``with`` and ``finally`` blocks run
+    (temporaries are discarded) before the process exits. The first SIGTERM puts the previous handler back, so a
+    second one acts as it did before (by default: kills at once); the previous handler is restored on leaving
+    the block either way. Outside the main thread (where Python cannot set handlers) nothing changes."""
+    unwinder = Unwinder()
+    if threading.current_thread() is not threading.main_thread():
+        yield unwinder
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    restore = signal.SIG_DFL if previous is None else previous  # None: a handler not set from Python
+
+    def handler(signum, frame):
+        if unwinder.depth:
+            unwinder.pending = True
+            return
+        signal.signal(signal.SIGTERM, restore)
+        raise Terminated("terminated by SIGTERM")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield unwinder
+    finally:
+        signal.signal(signal.SIGTERM, restore)
 
 
 def temporary_sibling(path: str | Path) -> Path:
@@ -69,14 +130,15 @@ def remove(path: Path) -> None:
 
 
 def check_writable_parent(path: str | Path, what: str = "output") -> None:
-    """A clear error, before any work, when ``path`` cannot be created: its parent is a file."""
+    """A clear error, before any work, when ``path`` cannot be created in its folder: a parent is a file, or the
+    nearest existing one is not writable. ``what`` names the option in the message (e.g. '--output')."""
     path = Path(path)
     for parent in [path.parent, *path.parent.parents]:
         if parent.exists():
             if not parent.is_dir():
-                raise UserError(f"{what} {path}: {parent} is a file, not a folder")
+                raise UserError(f"{what} {path}: {parent} is a file, not a folder; choose another {what}")
             if not os.access(parent, os.W_OK):
-                raise UserError(f"{what} {path}: folder {parent} is not writable")
+                raise UserError(f"{what} {path}: folder {parent} is not writable; choose another {what}")
             return
 
 
