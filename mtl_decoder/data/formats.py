@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtl_decoder.errors import DataError
+from mtl_decoder.errors import DataError, UserError
 
 MAX_LINE_BYTES = 1 << 20
 """Longest line read (1 MiB); a longer one is a bad record, not a reason to fill memory."""
@@ -66,6 +66,8 @@ PREDICTION_FORMATS = tuple(f.name for f in FORMATS.values() if f.prediction)
 
 def detect_format(path: str | Path, fmt: str | None = None, prediction: bool = False) -> str:
     """The format of ``path``: ``fmt`` when given, else from the suffix; only formats usable for the purpose."""
+    if Path(path).is_dir():  # before the suffix: a folder has none, and its name is the problem
+        raise DataError(str(path), None, "is a folder, not a file; give the path of a file in it")
     usable = PREDICTION_FORMATS if prediction else TRAINING_FORMATS
     hint = "; use --format to say which" if prediction else ""
     if fmt is not None:
@@ -180,9 +182,7 @@ class FileRecords:
         self.required_columns = required_columns
         self.tokens_key, self.tags_key, self.conll_tags = tokens_key, tags_key, conll_tags
         self.empty_lines = 0
-        if Path(self.path).is_dir():
-            raise DataError(self.path, None, "is a folder, not a file")
-        if not Path(self.path).is_file():
+        if not Path(self.path).exists():  # a named pipe is fine: every reader but .json streams
             raise DataError(self.path, None, "file not found")
 
     def __iter__(self) -> Iterator[Record | BadRecord]:
@@ -465,10 +465,21 @@ class RecordReader:
 
 
 def read_hub(hub_id: str, hub_config: str | None, split: str) -> Iterator[Record]:
-    """Rows of a Hugging Face dataset split; ClassLabel ids become their names."""
+    """Rows of a Hugging Face dataset split; ClassLabel ids become their names. A dataset that cannot be loaded
+    (not found, offline, a loading script, which ``datasets`` no longer runs, an unknown config or split) is a
+    one-line UserError naming it."""
     import datasets  # heavy: imported only when a hub dataset is used
 
-    ds = datasets.load_dataset(hub_id, hub_config, split=split)
+    library_error = getattr(getattr(datasets, "exceptions", None), "DatasetsError", OSError)
+    try:
+        ds = datasets.load_dataset(hub_id, hub_config, split=split)
+    except (library_error, OSError, ValueError, RuntimeError) as err:
+        what = f"hub dataset '{hub_id}'" + (f" (config '{hub_config}')" if hub_config else "") + f" split '{split}'"
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(
+            f"{what}: cannot be loaded ({reason}); check the task file's data.hub_id, data.hub_config and split "
+            "names, or download the data and give its files as data.train / data.validation / data.test"
+        ) from None
     names = {}
     for column, feature in ds.features.items():
         inner = getattr(feature, "feature", feature)
