@@ -71,21 +71,37 @@ def train_tokenizer(texts: Iterable[str | list[str]], cfg: TokenizerConfig) -> T
 
 
 def load_pretrained_tokenizer(name_or_path: str) -> Tokenizer:
-    """The ``tokenizers`` backend of a Hugging Face tokenizer (id or local path)."""
+    """The ``tokenizers`` backend of a Hugging Face tokenizer (id or local path). A tokenizer that needs custom
+    code is refused (it is never run), as is one that cannot be loaded: one-line UserErrors."""
     path = Path(name_or_path)
     if path.is_file():
-        return Tokenizer.from_file(str(path))
+        return read_tokenizer_file(path)
     if (path / TOKENIZER_FILE).is_file():
-        return Tokenizer.from_file(str(path / TOKENIZER_FILE))
+        return read_tokenizer_file(path / TOKENIZER_FILE)
     from transformers import AutoTokenizer  # heavy: only when a hub tokenizer is asked for
 
-    try:
-        hf = AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
-    except OSError as err:
-        raise UserError(f"cannot load tokenizer '{name_or_path}': {err}") from None
+    try:  # trust_remote_code=False: never run a repository's code, and never ask on the terminal whether to
+        hf = AutoTokenizer.from_pretrained(name_or_path, use_fast=True, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        if "custom code" in str(err) or "trust_remote_code" in str(err):
+            reason = "it needs custom code, which mtl-decoder does not run; use a tokenizer with a tokenizer.json"
+        raise UserError(f"cannot load tokenizer '{name_or_path}' (tokenizer.pretrained): {reason}") from None
     if not getattr(hf, "is_fast", False):
         raise UserError(f"tokenizer '{name_or_path}' has no fast (tokenizers) version")
     return hf.backend_tokenizer
+
+
+def read_tokenizer_file(path: str | Path) -> Tokenizer:
+    """A tokenizer.json; a damaged one is a UserError naming it."""
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # tokenizers raises a bare Exception for a file it cannot parse
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(
+            f"{path}: not a readable tokenizer file ({reason}); it must be a tokenizer.json as the tokenizers "
+            "library saves it (copy it again, or re-save the model)"
+        ) from None
 
 
 class TextEncoder:
@@ -169,7 +185,7 @@ class TextEncoder:
         path = Path(directory) / TOKENIZER_FILE
         if not path.is_file():
             raise UserError(f"{directory}: no {TOKENIZER_FILE} (is this a model directory?)")
-        return cls(Tokenizer.from_file(str(path)), max_length)
+        return cls(read_tokenizer_file(path), max_length)
 
 
 def word_labels(encoded: Encoded, word_tags: list[int]) -> list[int]:
