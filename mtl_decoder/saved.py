@@ -95,7 +95,13 @@ def _read_config(path: Path) -> ExperimentConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: not a readable config ({str(err).splitlines()[0]})") from None
+        reason = str(err).splitlines()[0]
+        fix = (
+            "a saved config has no YAML tags: remove the tag"
+            if "tag" in reason
+            else "restore the file from the saved model"
+        )
+        raise UserError(f"{path}: not a readable config ({reason}); {fix}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: not a config (expected a mapping)")
     try:
@@ -142,6 +148,7 @@ def _load_weights(model: MTLDecoder, path: Path) -> None:
             details.append(f"{k} is {tuple(state[k].shape)}, the config wants {tuple(expected[k].shape)}")
         raise UserError(
             f"{path}: the weights do not match {path.parent / CONFIG_FILE} and {path.parent / LABELS_FILE} "
-            f"({'; '.join(details)})"
+            f"({'; '.join(details)}): the folder's files must come from one saved model; copy the whole folder again "
+            "or re-save the model"
         )
     model.load_state_dict(state)
