@@ -7,7 +7,8 @@
     mtl-decoder diagnose (--model RUN/best | --checkpoints RUN) [--data TASK=PATH ...] [--output DIR]
     mtl-decoder overfit  --config C [--steps N] [--threshold X]        (exit 1 unless one batch is fit and saved)
 
-User errors (bad config, bad data, missing files) print one line and exit with status 2, no traceback.
+User errors (bad config, bad data, missing files) print one line and exit with status 2, no traceback; so does a
+predict run in which every record failed (after its summary). SIGTERM during predict exits with 143.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Callable
 
 from mtl_decoder.errors import UserError
+from mtl_decoder.files import Terminated
 
 
 def run_train(args: argparse.Namespace) -> None:
@@ -66,6 +68,8 @@ def run_predict(args: argparse.Namespace) -> None:
         workers=args.workers,
     )
     print(summary.report())
+    if summary.all_failed:  # a run that predicted nothing is a failed run, even in skip mode
+        raise UserError(f"{args.input}: none of its {summary.read:,} records could be predicted (see {summary.errors})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -280,6 +284,9 @@ def main(argv: list[str] | None = None, run: Callable | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:  # SIGTERM during predict: its temporary files are gone
+        print("terminated", file=sys.stderr)
+        return Terminated.exit_code
     return int(status or 0)
 
 

@@ -8,6 +8,10 @@ header without the text column) raise ``DataError``.
 What the model reads from a record: .jsonl a ``tokens`` list, or else the text field (every field kept); .csv
 and .tsv the text column; .txt the line; .conll the tokens of a sentence (the other columns kept as
 ``columns``).
+
+A record that has a field (or a CSV/TSV column) named ``predictions`` is a bad record: that is the field the
+output adds, and the input's own value would be lost under it. Rename or drop it in the input (e.g. predicting
+again on an earlier output: drop its ``predictions``).
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from mtl_decoder.data.formats import BadRecord, FileRecords, detect_format
+from mtl_decoder.prediction.outputs import PREDICTIONS
 
 TOKENS = "tokens"
+RESERVED_REASON = "the output writes its predictions under this name; rename or drop the field in the input"
 
 __all__ = ["TOKENS", "BadRecord", "InputReader", "InputRecord", "check_text", "check_tokens"]
 
@@ -89,7 +95,12 @@ class InputReader:
     def __iter__(self) -> Iterator[InputRecord | BadRecord]:
         pick = self._pick_tokens_or_text if self.fmt == "jsonl" else self._pick_fixed
         for record in self.records:
-            yield record if isinstance(record, BadRecord) else pick(record.line, record.data, record.raw)
+            if isinstance(record, BadRecord):
+                yield record
+            elif PREDICTIONS in record.data:
+                yield BadRecord(record.line, RESERVED_REASON, record.raw, PREDICTIONS)
+            else:
+                yield pick(record.line, record.data, record.raw)
 
     def _pick_fixed(self, line: int, data: dict[str, Any], raw: str) -> InputRecord | BadRecord:
         """csv/tsv: the text column; txt: the line ('text'); conll: the tokens."""

@@ -15,7 +15,11 @@ from typing import Any
 from mtl_decoder.config import TAGGING
 from mtl_decoder.data.iob import entities
 from mtl_decoder.errors import UserError
+from mtl_decoder.files import check_writable_parent
 from mtl_decoder.inference import Prediction
+
+PREDICTIONS = "predictions"
+"""The field each output record gets; an input record that already has one is refused (never overwritten)."""
 
 
 def errors_path(output: str | Path) -> Path:
@@ -24,15 +28,23 @@ def errors_path(output: str | Path) -> Path:
     return output.with_name((output.stem if output.suffix else output.name) + ".errors.jsonl")
 
 
-def check_targets(input_path: str | Path, targets: list[Path], force: bool) -> None:
-    """Refuse to overwrite an existing file without ``force``, and to write over the input."""
+def check_targets(input_path: str | Path, output: Path, errors: Path, skip: bool, force: bool) -> None:
+    """Before any work: the output's folder can be written; neither the output nor its errors file is the input,
+    a folder, or (without ``force``) an existing file. The errors file of an earlier skip run counts in fail mode
+    too: ``predict`` removes it once the new output is written, so that it never describes another output."""
+    check_writable_parent(output, "--output")
     source = Path(input_path).resolve()
-    for target in targets:
+    for target in (output, errors):
         if target.resolve() == source:
-            raise UserError(f"{target}: the output would overwrite the input")
+            raise UserError(f"{target}: the output would overwrite the input; choose another --output")
         if target.is_dir():
-            raise UserError(f"{target}: is a directory")
+            raise UserError(f"{target}: is a folder; choose another --output")
         if target.exists() and not force:
+            if target == errors and not skip:
+                raise UserError(
+                    f"{target}: already exists, from an earlier --on-error skip run; use --force to remove it "
+                    "with the new output, or move it away"
+                )
             raise UserError(f"{target}: already exists (use --force to overwrite)")
 
 

@@ -2,9 +2,17 @@
 
 ``predict_file`` streams an input file (see ``inputs``) through the model's ``Predictor`` (a bounded buffer,
 length-sorted batches, input order kept) and writes one JSON line per record: its own fields plus
-``predictions`` (see ``outputs``). A record that cannot be read stops the run (``on_error='fail'``: a
-DataError naming file:line, and no output file is left) or goes to OUT.errors.jsonl with its line, reason and
-raw text (``on_error='skip'``). Both files are written under temporary names and renamed on success.
+``predictions`` (see ``outputs``; a record with its own ``predictions`` field is a bad record, never
+overwritten). A record that cannot be read stops the run (``on_error='fail'``: a DataError naming file:line,
+and no output file is left) or goes to OUT.errors.jsonl with its line, reason and raw text
+(``on_error='skip'``); either way ``read == predicted + skipped``. A skip run in which every record failed still
+writes both files, and its summary says ``all_failed`` (the CLI then exits with status 2).
+
+Nothing is left half-written: both files are written under temporary names (``mtl_decoder.files``) and renamed
+on success; SIGTERM during the run raises ``Terminated`` (the temporaries are discarded, the CLI exits with
+143), and a run removes the temporaries of OUT and OUT.errors.jsonl that a killed run (SIGKILL) left. With
+``force``, a fail-mode run also removes an OUT.errors.jsonl of an earlier skip run once the new output is in
+place; without ``force`` an existing one is refused in either mode.
 
 ``predict_texts`` yields the same prediction dicts for an iterable of raw texts or token lists.
 """
@@ -15,7 +23,7 @@ import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -25,14 +33,13 @@ from tqdm import tqdm
 
 from mtl_decoder.config import parse_task_names
 from mtl_decoder.errors import DataError, UserError
-from mtl_decoder.files import AtomicFile
+from mtl_decoder.files import AtomicFile, remove, stale_temporaries, terminate_unwinds
 from mtl_decoder.inference import Predictor
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord, check_text, check_tokens
-from mtl_decoder.prediction.outputs import check_targets, errors_path, prediction_dict
+from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, prediction_dict
 from mtl_decoder.saved import SavedModel, load_model
 
 ON_ERROR = ("fail", "skip")
-PREDICTIONS = "predictions"
 
 
 @dataclass
@@ -56,6 +63,13 @@ class PredictSummary:
     seconds: float = 0.0
     precision: str = "fp32"
     """The model's inference precision (see mtl_decoder.inference.PRECISIONS)."""
+    removed: list[str] = field(default_factory=list)
+    """Files removed on the way: temporaries of a killed run, an earlier run's errors file (fail mode, force)."""
+
+    @property
+    def all_failed(self) -> bool:
+        """Records were read and none could be predicted (skip mode: every one went to the errors file)."""
+        return self.read > 0 and self.predicted == 0
 
     @property
     def records_per_s(self) -> float:
@@ -79,6 +93,10 @@ class PredictSummary:
         ]
         if self.errors is not None:
             lines.append(f"skipped records ({self.skipped:,}) -> {self.errors}")
+        if self.removed:
+            lines.append(f"removed: {', '.join(self.removed)}")
+        if self.read == 0:
+            lines.append(f"warning: {self.input} holds no records")
         if self.truncated:
             lines.append(
                 f"warning: {self.truncated:,} records were longer than the model's maximum length; their "
@@ -155,26 +173,37 @@ def predict_file(
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
     ``progress``: a progress bar on stderr (None: only when stderr is a terminal); ``precision`` and ``workers``
-    as in predict_texts."""
-    if on_error not in ON_ERROR:
-        raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
-    _check_batch_size(batch_size)
-    reader = InputReader(input, fmt, text_column)
-    output = Path(output)
-    errors = errors_path(output) if on_error == "skip" else None
-    check_targets(input, [output] + ([errors] if errors else []), force)
-    saved = _load(model, device)
-    names = resolve_tasks(saved, tasks)
-    predictor = Predictor.from_saved(saved, batch_size, precision, workers)
-    summary = PredictSummary(str(input), str(output), None if errors is None else str(errors), precision=precision)
-    show = sys.stderr.isatty() if progress is None else progress
-    with AtomicFile(output) as out, AtomicFile(errors) if errors else nullcontext() as bad:
-        _stream(predictor, reader, names, out, bad, summary, show)
-        summary.empty_lines = reader.empty_lines
-        if bad is not None:
-            bad.commit()
-        out.commit()
-    return summary
+    as in predict_texts. The input, the output's folder and the model are checked before anything is predicted.
+    Called from the main thread, SIGTERM raises ``mtl_decoder.files.Terminated`` (the previous handler is back
+    when this returns)."""
+    with terminate_unwinds() as unwinder:
+        if on_error not in ON_ERROR:
+            raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
+        _check_batch_size(batch_size)
+        reader = InputReader(input, fmt, text_column)
+        output = Path(output)
+        errors = errors_path(output)
+        skip = on_error == "skip"
+        check_targets(input, output, errors, skip, force)
+        saved = _load(model, device)
+        names = resolve_tasks(saved, tasks)
+        predictor = Predictor.from_saved(saved, batch_size, precision, workers)
+        summary = PredictSummary(str(input), str(output), str(errors) if skip else None, precision=precision)
+        for stale in stale_temporaries(output) + stale_temporaries(errors):  # left by a killed run
+            remove(stale)
+            summary.removed.append(str(stale))
+        show = sys.stderr.isatty() if progress is None else progress
+        with AtomicFile(output) as out, AtomicFile(errors) if skip else nullcontext() as bad:
+            _stream(predictor, reader, names, out, bad, summary, show)
+            summary.empty_lines = reader.empty_lines
+            with unwinder.deferred():  # the files of this run go into place together
+                if bad is not None:
+                    bad.commit()
+                out.commit()
+                if not skip and errors.exists():  # an earlier skip run's (force): it described another output
+                    remove(errors)
+                    summary.removed.append(str(errors))
+        return summary
 
 
 def _stream(
