@@ -105,12 +105,22 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-def load_checkpoint(accelerator: Accelerator, path: Path) -> dict[str, Any]:
-    """Restore a checkpoint written by ``save_checkpoint``; returns the trainer state."""
-    state = verify_checkpoint(path)
+def load_checkpoint(accelerator: Accelerator, path: Path, verified: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Restore a checkpoint written by ``save_checkpoint``; returns the trainer state. ``verified``: the state
+    ``verify_checkpoint`` already returned for ``path`` (its files are then not hashed twice).
+
+    Accelerate only logs a random-state file it cannot load and goes on with other random numbers than the
+    unbroken run would have drawn, so this process's file must exist and not be empty (the manifest's checksums
+    catch any other damage; a resume with more processes than saved the checkpoint finds no file for the new
+    ones)."""
+    state = dict(verified) if verified is not None else verify_checkpoint(path)
+    rng = path / f"random_states_{accelerator.process_index}.pkl"
+    if not rng.is_file() or rng.stat().st_size == 0:
+        raise UserError(f"{rng}: missing or empty; cannot resume from {path} with the same random numbers")
     try:
         accelerator.load_state(str(path))
     except Exception as err:  # a state Accelerate or torch cannot read: the run cannot go on from it
-        raise UserError(f"{path}: cannot restore the checkpoint ({type(err).__name__}: {err})") from None
+        reason = (str(err).strip().splitlines() or [""])[0]
+        raise UserError(f"{path}: cannot restore the checkpoint ({type(err).__name__}: {reason})") from None
     state.pop("files", None)
     return state

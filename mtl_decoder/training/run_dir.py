@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +51,13 @@ class RunDirectory:
 
     def check_fresh(self, overwrite: bool) -> list[Path]:
         """Checks, before any work, that a new run may start here; returns what ``--overwrite`` will remove."""
-        check_writable_parent(self.config, "--output-dir")
         if self.path.exists() and not self.path.is_dir():
-            raise UserError(f"--output-dir {self.path}: is a file, not a folder")
+            raise UserError(f"--output-dir {self.path}: is a file, not a folder; choose another --output-dir")
+        if self.path.is_dir():
+            if not os.access(self.path, os.W_OK):
+                raise UserError(f"--output-dir {self.path}: folder is not writable; choose another --output-dir")
+        else:
+            check_writable_parent(self.path, "--output-dir")
         found = self.contents()
         if not found or overwrite:
             return found
@@ -67,7 +73,11 @@ class RunDirectory:
         )
 
     def claim(self, remove_first: list[Path]) -> None:
-        """Make the folder this run's: remove what ``check_fresh`` listed (with --overwrite), write the marker."""
+        """Make the folder this run's: remove what ``check_fresh`` listed (with --overwrite, saying so on stderr),
+        write the marker."""
+        if remove_first:
+            names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in remove_first)
+            print(f"--overwrite: removing from {self.path}: {names}", file=sys.stderr, flush=True)
         for path in remove_first:
             remove(path)
         self.path.mkdir(parents=True, exist_ok=True)

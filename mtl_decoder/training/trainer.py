@@ -34,7 +34,7 @@ from mtl_decoder.model import build_model
 from mtl_decoder.runtime import default_device
 from mtl_decoder.saved import save_model
 from mtl_decoder.training.balancing import LossBalancer
-from mtl_decoder.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from mtl_decoder.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
 from mtl_decoder.training.logging import RunLogger, start_banner
 from mtl_decoder.training.memory import keep_freed_memory
 from mtl_decoder.training.resume import check_resume_changes
@@ -102,6 +102,8 @@ class Trainer:
         self.run = RunDirectory(config.training.output_dir)
         self.resume, self.overwrite = resume or bool(config.training.resume_from), overwrite
         self.state = TrainState()
+        self.verified: dict[str, Any] | None = None
+        """The trainer state of the checkpoint to resume, checked against its manifest in setup."""
         self.accelerator: Accelerator | None = None
         self.log: RunLogger | None = None
         self.budget_spent = 0.0
@@ -125,6 +127,7 @@ class Trainer:
         if self.resume:  # everything a resume needs is checked before anything is read or written
             checkpoint = self._checkpoint_to_resume()
             honoured = check_resume_changes(self.run.stored_config(), cfg.to_dict(), str(self.run.config))
+            self.verified = verify_checkpoint(checkpoint)  # a damaged file stops the run before the data is read
         else:
             to_remove = self.run.check_fresh(self.overwrite)
         acc.wait_for_everyone()  # every process has looked at the folder before the main one writes to it
@@ -141,10 +144,10 @@ class Trainer:
             self._restore(checkpoint, honoured)
 
     def _checkpoint_to_resume(self) -> Path:
+        self.run.check_resumable()
         explicit = self.cfg.training.resume_from
         if explicit:
             return Path(explicit)
-        self.run.check_resumable()
         found = latest_checkpoint(self.run.checkpoints)
         if found is None:
             raise UserError(f"--resume: no complete checkpoint in {self.run.checkpoints}")
@@ -196,7 +199,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor)
 
     def _restore(self, path: Path, honoured: dict[str, tuple]) -> None:
-        state = load_checkpoint(self.accelerator, path)
+        state = load_checkpoint(self.accelerator, path, self.verified)
         self.balancer.load(state.pop("balancer"))
         self.scheduler.load_state_dict(state.pop("scheduler"))
         self.state = TrainState.from_dict(state)
