@@ -1,0 +1,249 @@
+"""Hostile input, generated: random and mutated lines fed to predict (skip mode) and to the training readers.
+
+Whatever a line holds, predict must account for it (read == predicted + skipped, one output line per prediction,
+one errors-file line per skipped record) and the training readers may only raise a one-line UserError / DataError:
+never a traceback. Fixed seed, bounded count (about 300 lines per reader), a few seconds in all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from mtl_decoder.data import formats
+from mtl_decoder.data.tasks import Source, load_split, read_source
+from mtl_decoder.errors import UserError
+from mtl_decoder.prediction import predict_file
+
+SEED = 17
+LINES = 300
+SHORT_LINE_BOUND = 64 * 1024
+"""formats.MAX_LINE_BYTES while fuzzing, so that the generator's long lines (up to 120 KB) cross it."""
+WORDS = ["Peter", "Blackburn", "lives", "in", "London", "EU", "German", "call", "British", "the", "movie", "charming"]
+
+ODD_TEXTS = [
+    "",
+    " ",
+    "\t",
+    "\u200b",  # zero-width space: a word the normalizer may erase
+    "e\u0301",  # a combining accent that NFC merges
+    "\ufeff",
+    "\x00",
+    "\x1b[31m",
+    "😀" * 50,
+    "a" * 5000,
+    " ".join(["w"] * 400),
+    "\u202e" + "gnirts desrever",
+    "[" * 80,
+    '"quoted"',
+    "line\rbreak",
+    "\\ud800",
+    "-DOCSTART-",
+    "NaN",
+]
+
+
+def _word(rng: random.Random) -> str:
+    if rng.random() < 0.2:
+        return rng.choice(ODD_TEXTS) or "x"
+    return rng.choice(WORDS)
+
+
+def _value(rng: random.Random, depth: int = 0):
+    """A random JSON value, sometimes of the wrong kind for the field it lands in."""
+    kind = rng.randrange(9 if depth < 3 else 6)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return rng.choice([True, False])
+    if kind == 2:
+        return rng.choice([0, -1, 1, 2, 10**30, 1.5, float("1e308")])
+    if kind in (3, 4, 5):
+        return rng.choice([_word(rng), " ".join(_word(rng) for _ in range(rng.randrange(6))), rng.choice(ODD_TEXTS)])
+    if kind in (6, 7):
+        return [_value(rng, depth + 1) if rng.random() < 0.2 else _word(rng) for _ in range(rng.randrange(6))]
+    return {rng.choice(["text", "tokens", "label", "ner_tags", "x"]): _value(rng, depth + 1)}
+
+
+def _record(rng: random.Random) -> dict:
+    """A plausible record of one of the fixtures' shapes, with a field or two made strange."""
+    words = [_word(rng) for _ in range(rng.randrange(1, 12))]
+    shape = rng.randrange(4)
+    if shape == 0:
+        record = {"text": " ".join(words), "label": rng.choice(["negative", "positive", "neutral", 1, None])}
+    elif shape == 1:
+        record = {"tokens": words, "ner_tags": [rng.choice(["O", "B-PER", "I-PER", "I-LOC", "X"]) for _ in words]}
+    elif shape == 2:
+        record = {"tokens": words, "ner_tags": ["O"] * len(words), "label": "positive"}
+    else:
+        record = {}
+    for _ in range(rng.randrange(3)):
+        record[rng.choice(["text", "tokens", "label", "ner_tags", "predictions", "id"])] = _value(rng)
+    return record
+
+
+def _mutate(rng: random.Random, line: bytes) -> bytes:
+    """Byte-level damage: flips, cuts, insertions, odd bytes, deep nesting, a huge line."""
+    kind = rng.randrange(10)
+    data = bytearray(line)
+    if kind == 0 and data:
+        for _ in range(rng.randrange(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+    elif kind == 1 and data:
+        del data[rng.randrange(len(data)) :]
+    elif kind == 2:
+        at = rng.randrange(len(data) + 1)
+        data[at:at] = rng.choice([b'"', b",", b"\t", b"\r", b"{", b"]", b"\x00", b"\xff\xfe", b"\xc3", b"\\"])
+    elif kind == 3:
+        data = bytearray(rng.randbytes(rng.randrange(1, 200)).replace(b"\n", b" "))
+    elif kind == 4:
+        depth = rng.choice([63, 64, 65, 200, 1500])
+        data = bytearray(b"[" * depth + (b"]" * depth if rng.random() < 0.5 else b""))
+    elif kind == 5:
+        data = bytearray(b'{"text": "' + b"ab " * rng.randrange(1000, 40000) + b'"}')
+    elif kind == 6:
+        data = bytearray(b'{"text": "\\ud800 lone"}')
+    return bytes(data)
+
+
+def _lines(rng: random.Random, render, count: int) -> list[bytes]:
+    """``count`` lines: about half rendered records as they are, the rest damaged."""
+    out = []
+    for _ in range(count):
+        line = render(_record(rng))
+        out.append(line if rng.random() < 0.45 else _mutate(rng, line))
+    return out
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _jsonl(record: dict) -> bytes:
+    return json.dumps(record, ensure_ascii=rng_ascii(record)).encode("utf-8", "surrogatepass")
+
+
+def rng_ascii(record: dict) -> bool:
+    return len(record) % 2 == 0  # both escaped and raw non-ASCII text
+
+
+def _cell(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _text_of(record: dict) -> str:
+    if "text" in record:
+        return _cell(record["text"])
+    tokens = record.get("tokens", "")
+    return " ".join(map(_cell, tokens)) if isinstance(tokens, list) else _cell(tokens)
+
+
+def _delimited(sep: str):
+    def render(record: dict) -> bytes:
+        text = _text_of(record)
+        label = _cell(record.get("label", "positive"))
+        return (text.replace(sep, " ") + sep + label).encode("utf-8", "surrogatepass")
+
+    return render
+
+
+def _txt(record: dict) -> bytes:
+    return _text_of(record).encode("utf-8", "surrogatepass")
+
+
+def _conll_sentence(record: dict) -> bytes:
+    tokens = record.get("tokens") if isinstance(record.get("tokens"), list) else _text_of(record).split()
+    tags = record.get("ner_tags") if isinstance(record.get("ner_tags"), list) else []
+    rows = [f"{_cell(t)} {_cell(tags[i]) if i < len(tags) else 'O'}" for i, t in enumerate(tokens)]
+    return "\n".join(rows).encode("utf-8", "surrogatepass")
+
+
+def _write(path: Path, lines: list[bytes], header: bytes | None = None, blank_between: bool = False) -> Path:
+    sep = b"\n\n" if blank_between else b"\n"
+    path.write_bytes((header + b"\n" if header else b"") + sep.join(lines) + b"\n")
+    return path
+
+
+FORMATS = {
+    # name: (suffix, render, header, sentences separated by blank lines)
+    "jsonl": (".jsonl", _jsonl, None, False),
+    "csv": (".csv", _delimited(","), b"text,label", False),
+    "tsv": (".tsv", _delimited("\t"), b"text\tlabel", False),
+    "txt": (".txt", _txt, None, False),
+    "conll": (".conll", _conll_sentence, None, True),
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_run):
+    return tiny_run / "best"
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_predict_accounts_for_every_record_of_a_hostile_file(model_dir, tmp_path, fmt, monkeypatch):
+    monkeypatch.setattr(formats, "MAX_LINE_BYTES", SHORT_LINE_BOUND)
+    suffix, render, header, blank = FORMATS[fmt]
+    rng = random.Random(f"{SEED}-{fmt}")
+    source = _write(tmp_path / f"in{suffix}", _lines(rng, render, LINES // len(FORMATS)), header, blank)
+    out = tmp_path / "out.jsonl"
+    summary = predict_file(model_dir, source, out, on_error="skip", batch_size=8, progress=False, workers=1)
+    assert summary.read == summary.predicted + summary.skipped
+    assert summary.read > 0
+    assert len(read_jsonl(out)) == summary.predicted
+    errors = read_jsonl(tmp_path / "out.errors.jsonl")
+    assert len(errors) == summary.skipped
+    assert all(isinstance(e["line"], int) and e["reason"] for e in errors)
+    for record in read_jsonl(out):
+        assert set(record["predictions"]) == {"ner", "sentiment"}
+
+
+@pytest.fixture
+def tasks(make_config, tmp_path):
+    return make_config(tmp_path / "run").tasks
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "tsv", "conll"])
+def test_training_readers_raise_only_user_errors(tasks, tmp_path, fmt, monkeypatch):
+    """Each line alone in a file (a reader stops at its first bad record), read by a tagging task, a
+    classification task, and both sharing the file: a list of examples or a UserError, nothing else."""
+    monkeypatch.setattr(formats, "MAX_LINE_BYTES", SHORT_LINE_BOUND)
+    suffix, render, header, blank = FORMATS[fmt]
+    if fmt in ("csv", "tsv"):  # the training columns: tokens and ner_tags as JSON lists, text and label
+        sep = "," if fmt == "csv" else "\t"
+        header = sep.join(["text", "tokens", "ner_tags", "label"]).encode()
+        render = _training_row(sep)
+    rng = random.Random(f"{SEED}-train-{fmt}")
+    readers = [[tasks["ner"]], [tasks["sentiment"]], [tasks["ner"], tasks["sentiment"]]]
+    outcomes = {"examples": 0, "errors": 0}
+    for i, line in enumerate(_lines(rng, render, LINES // 4)):
+        path = _write(tmp_path / f"{i}{suffix}", [line], header, blank)
+        for which in readers:
+            try:
+                list(read_source(Source(str(path), which)))
+                outcomes["examples"] += 1
+            except UserError as err:  # DataError is one
+                assert "\n" not in str(err)
+                outcomes["errors"] += 1
+    assert outcomes["examples"] and outcomes["errors"]  # the generator makes both kinds
+
+
+def _training_row(sep: str):
+    def render(record: dict) -> bytes:
+        cells = [_cell(record.get(k, "")) for k in ("text", "tokens", "ner_tags", "label")]
+        quoted = ['"' + c.replace('"', '""') + '"' if sep == "," else c.replace("\t", " ") for c in cells]
+        return sep.join(quoted).encode("utf-8", "surrogatepass")
+
+    return render
+
+
+def test_load_split_on_a_hostile_file_is_a_user_error(tasks, tmp_path):
+    """The whole path a run takes (load_split): a file of mutated records stops at the first bad one."""
+    rng = random.Random(f"{SEED}-split")
+    path = _write(tmp_path / "train.jsonl", _lines(rng, _jsonl, 50))
+    ner = dataclasses.replace(tasks["ner"], data=dataclasses.replace(tasks["ner"].data, train=str(path)))
+    with pytest.raises(UserError):
+        load_split({"ner": ner}, "train")
