@@ -17,5 +17,5 @@ OVERFIT_STEPS = 150
 """overfit: most optimizer steps (it stops as soon as every task is below the threshold)."""
 OVERFIT_THRESHOLD = 0.05
 """overfit: the loss every task must fall below."""
-OVERFIT_LR = 3e-3
+OVERFIT_LR = 5e-3
 """overfit: constant AdamW learning rate (no warm-up, no decay, no weight decay)."""
