@@ -4,11 +4,15 @@
     python benchmarks/quality.py --models ple,mlp      # some of them
     python benchmarks/quality.py --table               # print the table of what benchmarks/results holds
 
-Each model trains in its own process under the same wall-clock cap (training.max_minutes, default 20),
-selects its checkpoint on validation only, and is then evaluated on validation and test with the same code
-as `mtl-decoder evaluate`. Results go to benchmarks/results/quality.json (merged with earlier runs) and a
-markdown table is printed: per-task metrics, training time, tokens/s, parameters, peak memory and the mean
-of the primary test metrics.
+Each model trains in its own process for the number of steps its config sets (training.max_steps), so what a
+run learns does not depend on the machine's speed; training.max_minutes (--minutes, default 120) is only a
+safety net, and if it binds, the learning-rate schedule follows the elapsed fraction of it, so the run still
+ends cooled down. Each model selects its checkpoint on validation only and is then evaluated on validation and
+test with the same code as `mtl-decoder evaluate`. Results go to benchmarks/results/quality.json (merged with
+earlier runs): per run its metrics, steps, why it stopped (`stop_reason`: 'done' = its step budget,
+'time_budget' = the wall-clock cap, 'early_stopping'), the steps it was resumed at (`resumed_from`), wall
+time, tokens/s, parameters, peak memory, and the machine (CPU model, whether it has AVX-512). A markdown table
+is printed, with footnotes for runs that were resumed or stopped by the cap.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import random
@@ -65,6 +70,8 @@ TASK_FILES = {  # task name -> data folder under --data-root
     "semeval14_aspect": "semeval14_restaurants",
     "semeval14_polarity": "semeval14_restaurants",
 }
+DEFAULT_MINUTES = 120.0
+"""The wall-clock cap per model: a safety net several times what any step budget took on a 2-core CPU."""
 
 
 def carve_semeval(data_root: Path, out_dir: Path, fraction: float = 0.1, seed: int = 0) -> tuple[Path, Path]:
@@ -80,7 +87,7 @@ def carve_semeval(data_root: Path, out_dir: Path, fraction: float = 0.1, seed: i
     return train, val
 
 
-def data_overrides(config: Path, data_root: Path, carved: tuple[Path, Path]) -> list[str]:
+def data_overrides(config: Path, data_root: Path, carved: tuple[Path, Path] | None) -> list[str]:
     """Point the config's tasks at --data-root (and SemEval at its carved train/validation files)."""
     import yaml
 
@@ -101,7 +108,7 @@ def data_overrides(config: Path, data_root: Path, carved: tuple[Path, Path]) -> 
     return overrides
 
 
-def train_one(name: str, args: argparse.Namespace, carved: tuple[Path, Path]) -> dict:
+def train_one(name: str, args: argparse.Namespace, carved: tuple[Path, Path] | None) -> dict:
     config_file, variant, _ = MODELS[name]
     config = BENCH / config_file
     run_dir = args.runs_dir / name
@@ -127,6 +134,7 @@ def train_one(name: str, args: argparse.Namespace, carved: tuple[Path, Path]) ->
     if proc.returncode != 0:
         raise SystemExit(f"[{name}] training failed (exit {proc.returncode}); see {log.name}")
     summary = json.loads((run_dir / "summary.json").read_text())
+    resumed_from = summary.get("resumed_from", [])
     return {
         "description": MODELS[name][2],
         "overrides": variant,
@@ -136,9 +144,12 @@ def train_one(name: str, args: argparse.Namespace, carved: tuple[Path, Path]) ->
         "steps": summary["steps"],
         "best_step": summary["best_step"],
         "stop_reason": summary["stop_reason"],
+        "resumed_from": resumed_from,
+        "resumed": bool(resumed_from),
+        "minutes_cap": args.minutes,
         "tokens_per_s": summary["tokens_per_s"],
         "parameters": summary["parameters"],
-        "peak_memory_mb": usage.ru_maxrss / 1024,
+        "peak_memory_mb": usage.ru_maxrss / 1024,  # of the last process only, when the run was resumed
     }
 
 
@@ -188,8 +199,11 @@ def single_pairs(results: dict) -> dict:
             metrics = {split: {**first[split], **second[split]} for split in ("validation", "test")}
             rows[row] = {
                 "metrics": metrics,
+                "steps": f"{results[a]['steps']:,} + {results[b]['steps']:,}",
                 "train_minutes": results[a]["train_minutes"] + results[b]["train_minutes"],
                 "parameters": results[a]["parameters"] + results[b]["parameters"],
+                "first": results[a],  # for the footnotes
+                "second": results[b],
             }
     return rows
 
@@ -210,8 +224,9 @@ def table(results: dict) -> str:
 
     def common(run: dict) -> list[str]:
         if "tokens_per_s" not in run:  # a pair of single-task models: total time and parameters only
-            return [f"{run['train_minutes']:.1f}", "–", f"{run['parameters'] / 1e6:.1f}M", "–"]
+            return [run["steps"], f"{run['train_minutes']:.1f}", "–", f"{run['parameters'] / 1e6:.1f}M", "–"]
         return [
+            f"{run['steps']:,}",
             f"{run['train_minutes']:.1f}",
             f"{run['tokens_per_s']:,.0f}",
             f"{run['parameters'] / 1e6:.1f}M",
@@ -219,14 +234,16 @@ def table(results: dict) -> str:
         ]
 
     def block(names: list[str], columns: list[tuple[str, tuple[str, str, str]]], tasks: tuple[str, ...]) -> list[str]:
-        head = ["model", *(title for title, _ in columns), "train min", "tokens/s", "params", "peak mem"]
+        head = ["model", *(title for title, _ in columns), "steps", "train min", "tokens/s", "params", "peak mem"]
         lines = ["| " + " | ".join([*head, "mean primary (test)"]) + " |", "|" + " --- |" * (len(head) + 1)]
         for name in names:
             run = results[name]
-            cells = [name, *(cell(run, *key) for _, key in columns), *common(run), mean_primary(run, tasks)]
+            label = name + "".join(mark for mark, _ in footnotes(run))
+            cells = [label, *(cell(run, *key) for _, key in columns), *common(run), mean_primary(run, tasks)]
             lines.append("| " + " | ".join(cells) + " |")
         return lines
 
+    runs = dict(results)
     pairs = single_pairs(results)
     order = []  # the models in MODELS order, each pair of single-task models followed by its combined row
     for name in [n for n in MODELS if n in results]:
@@ -236,13 +253,73 @@ def table(results: dict) -> str:
     semeval = [n for n in order if n.startswith("semeval")]
     if semeval:
         lines += ["", *block(semeval, SEMEVAL_COLUMNS, ("semeval14_aspect", "semeval14_polarity"))]
+    notes = {mark: text for run in results.values() for mark, text in footnotes(run)}
+    lines += ["", *(f"{mark} {text}" for mark, text in sorted(notes.items()))]
+    machines: dict[str, list[str]] = {}
+    for name, run in runs.items():
+        machines.setdefault(machine_line(run), []).append(name)
+    lines += [f"Machine: {line} ({', '.join(names)})." for line, names in machines.items()]
     return "\n".join(lines)
+
+
+RESUMED = "†"
+CAPPED = "‡"
+
+
+def footnotes(run: dict) -> list[tuple[str, str]]:
+    """(mark, text) for what a reader must know about a run: resumed (its peak memory and tokens/s are its last
+    process's), or stopped by the wall-clock cap instead of its step budget. A pair row has the marks of both."""
+    parts = [run[k] for k in ("first", "second") if k in run] or [run]
+    out = []
+    if any(resumed(r) for r in parts):
+        out.append((RESUMED, "resumed from a checkpoint: its peak memory is that of its last process only"))
+    if any(r.get("stop_reason") == "time_budget" for r in parts):
+        out.append((CAPPED, "stopped by the wall-clock cap (training.max_minutes) before its step budget"))
+    return out
+
+
+def resumed(run: dict) -> bool:
+    """Whether a run was resumed; runs saved before resumed_from was recorded (it is null) are judged by their
+    last process having run for less time than the run's training took."""
+    if run.get("resumed_from"):
+        return True
+    if "resumed" in run:
+        return bool(run["resumed"])
+    return run.get("process_minutes", math.inf) < run.get("train_minutes", 0.0)
+
+
+def machine_line(run: dict) -> str:
+    if run.get("cpu") is None:
+        return "CPU model not recorded"
+    avx = "AVX-512" if run.get("avx512") else "no AVX-512"
+    source = f" ({run['cpu_source']})" if run.get("cpu_source") else ""
+    return f"{run['cpu']}, {avx}, {run.get('cpu_cores', '?')} cores{source}"
+
+
+def cpu_info(path: Path = Path("/proc/cpuinfo")) -> dict:
+    """The CPU model and its AVX-512 flags, read from /proc/cpuinfo (Linux); timings depend on both."""
+    model, flags = None, []
+    if path.is_file():
+        for line in path.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model is None:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = value.split()
+    avx512 = sorted(f for f in flags if f.startswith("avx512"))
+    return {
+        "cpu": model or platform.processor() or "unknown",
+        "cpu_cores": os.cpu_count(),
+        "avx512": bool(avx512),
+        "avx512_flags": avx512,
+    }
 
 
 def machine() -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout
     return {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.platform()}",
+        **cpu_info(),
         "python": platform.python_version(),
         "date": datetime.date.today().isoformat(),
         "commit": commit.strip(),
@@ -255,24 +332,32 @@ def main() -> None:
     parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--runs-dir", type=Path, default=REPO / "benchmarks" / "runs")
     parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results" / "quality.json")
-    parser.add_argument("--minutes", type=float, default=20.0, help="training wall-clock cap per model")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=DEFAULT_MINUTES,
+        help="wall-clock safety cap per model (runs are bound by their configs' max_steps)",
+    )
     parser.add_argument("--override", action="append", default=[], help="extra key=value for every model")
     parser.add_argument("--table", action="store_true", help="only print the table of the saved results")
     args = parser.parse_args()
     results = json.loads(args.results.read_text()) if args.results.is_file() else {"runs": {}}
     if not args.table:
         args.runs_dir.mkdir(parents=True, exist_ok=True)
-        carved = carve_semeval(args.data_root, args.runs_dir / "data")
-        for name in args.models.split(","):
+        names = args.models.split(",")
+        for name in names:
             if name not in MODELS:
                 raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+        semeval = any(MODELS[n][0].startswith("semeval") for n in names)
+        carved = carve_semeval(args.data_root, args.runs_dir / "data") if semeval else None
+        for name in names:
             run = train_one(name, args, carved)
             run["metrics"] = evaluate_one(name, args)
             run.update(machine())
             results["runs"][name] = run
             args.results.parent.mkdir(parents=True, exist_ok=True)
             args.results.write_text(json.dumps(results, indent=2))
-            print(f"[{name}] done in {run['train_minutes']:.1f} min", flush=True)
+            print(f"[{name}] {run['steps']} steps ({run['stop_reason']}) in {run['train_minutes']:.1f} min", flush=True)
     print(table(results["runs"]))
 
 
