@@ -13,8 +13,12 @@ wall time of the forward (measured apart, with synchronisation) is the one to tr
 
 from __future__ import annotations
 
+import os
 import statistics
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -94,6 +98,25 @@ class _Labels:
         return hook
 
 
+@contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 pointed at /dev/null for the duration: torch's profiler (kineto) writes a
+    'profiler_start'/'profiler_stop' line to it from C++ per session, which no logging setting turns off."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -123,7 +146,7 @@ def profile_forward(model: nn.Module, batch: dict[str, Any], tasks: list[str], r
     device = batch["input_ids"].device
     wall = wall_time_ms(model, batch, tasks)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with _Labels(model):
+    with _Labels(model), native_stderr_silenced():
         for _ in range(2):  # the first profiled forward pays one-off costs (seen: 10x on the gates): discarded
             with profile(activities=activities) as prof:
                 for _ in range(repeats):

@@ -13,9 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from mtl_decoder.cli import main
+from mtl_decoder.diagnostics.checks import gate_verdicts, saturation_findings
 from mtl_decoder.diagnostics.findings import codes
 from mtl_decoder.diagnostics.model import JSON_FILE, REPORT_FILE, diagnose, diagnose_checkpoints
-from mtl_decoder.diagnostics.probes import attention_weights, gate_preactivations
+from mtl_decoder.diagnostics.probes import Probes, attention_weights, gate_preactivations
 from mtl_decoder.model import ExpertGroup
 from mtl_decoder.model.layers import RotaryEmbedding, SelfAttention
 from mtl_decoder.saved import load_model, save_model
@@ -153,3 +154,37 @@ def test_gate_preactivations_reproduce_the_experts():
     up = (x @ group.w_in).view(6, 3, 2, 5)[:, :, 1]
     rebuilt = torch.einsum("meh,ehc->emc", F.silu(g) * up, group.w_out)
     assert torch.allclose(rebuilt, group(x), atol=1e-5)
+
+
+def test_saturated_expert_units_are_counted_and_reported():
+    torch.manual_seed(0)
+    group = ExpertGroup(2, 8, 4)
+    with torch.no_grad():
+        gate_columns = group.w_in.view(8, 2, 2, 4)[:, 0, 0]  # expert 0's gate half
+        gate_columns.fill_(-1.0)  # g = -(sum of x) < -4 for every token below
+    x = torch.ones(10, 8) + 0.1 * torch.randn(10, 8)
+    with Probes(group) as probes:
+        group(x)
+    stats = probes.summary()["saturation"][""]
+    assert stats["saturated_share"][0] == 1.0 and stats["dead_units_share"][0] == 1.0
+    assert stats["saturated_share"][1] < 0.5
+    findings = saturation_findings({"layers.0.ffn.shared": stats})
+    assert [(f.code, f.where) for f in findings] == [("dead_units", "layers.0.ffn.shared[0]")]
+
+
+def gate(mean: dict[str, float], shared_share: float) -> dict:
+    return {"mean": mean, "shared_share": shared_share, "dead_threshold": 0.25 / len(mean), "normalised_entropy": 0.5}
+
+
+def test_gate_verdicts_from_utilisation_numbers():
+    layer = {
+        "ner": gate({"ner/0": 0.03, "shared/0": 0.89, "shared/1": 0.08}, 0.97),  # ignores its own expert
+        "sentiment": gate({"sentiment/0": 0.4, "shared/0": 0.58, "shared/1": 0.02}, 0.6),
+        "shared": gate({"ner/0": 0.3, "sentiment/0": 0.3, "shared/0": 0.38, "shared/1": 0.02}, 0.4),
+    }
+    verdicts, findings = gate_verdicts({"layer_1": layer})
+    assert verdicts["layer_1"] == {"ner": "ignores own experts", "sentiment": "balanced", "shared": "balanced"}
+    assert sorted((f.code, f.where) for f in findings) == [
+        ("dead_expert", "layer_1.shared/1"),  # every gate that can use it gives it too little
+        ("ignores_own_experts", "layer_1.ner"),
+    ]
