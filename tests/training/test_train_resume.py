@@ -9,11 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 import mtl_decoder.training.trainer as trainer_module
 from mtl_decoder.errors import UserError
 from mtl_decoder.training import train
 from mtl_decoder.training.checkpoints import STATE_FILE
+from mtl_decoder.training.trainer import Trainer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -63,9 +65,22 @@ def test_a_change_a_resume_cannot_make_is_refused_before_anything_is_written(
     assert _snapshot(run) == before
 
 
-def test_a_new_lr_is_honoured_from_the_resumed_step(make_config, run, tiny_run):
+def _dropout_rates(model: torch.nn.Module) -> set[float]:
+    return {
+        m.threshold / 256 if hasattr(m, "threshold") else m.p for m in model.modules() if "Dropout" in type(m).__name__
+    }
+
+
+def test_a_new_lr_and_dropout_are_honoured_from_the_resumed_step(make_config, run, tiny_run):
     shutil.rmtree(run / "checkpoints" / "step-0000030")  # resume from step 15 of 30
-    result = train(make_config(run, ["training.lr=0.03"]), resume=True)  # ten times the run's 3e-3
+    trainer = Trainer(make_config(run, ["training.lr=0.03", "model.dropout=0.25"]), resume=True)  # lr: 10x 3e-3
+    try:
+        trainer.setup()
+        assert _dropout_rates(trainer.accelerator.unwrap_model(trainer.model)) == {0.25}  # the run had 0.0
+        trainer.train()
+        result = trainer.save()
+    finally:
+        trainer.cleanup()
     assert result.resumed_from == [15] and result.steps == 30
     old, new = _records(tiny_run, "train"), _records(run, "train")
     assert sorted(new) == [5, 10, 15, 20, 25, 30]
@@ -73,7 +88,8 @@ def test_a_new_lr_is_honoured_from_the_resumed_step(make_config, run, tiny_run):
         assert new[step]["lr"] == old[step]["lr"]
     for step in (20, 25):  # after: the same schedule around the new peak
         assert new[step]["lr"] == pytest.approx(10 * old[step]["lr"], rel=1e-9)
-    assert "lr: 0.03" in (run / "config.yaml").read_text(encoding="utf-8")  # written once the resume restored
+    stored = (run / "config.yaml").read_text(encoding="utf-8")
+    assert "lr: 0.03" in stored and "dropout: 0.25" in stored  # written once the resume restored
 
 
 @pytest.mark.parametrize(
