@@ -11,6 +11,7 @@ them) is a one-line ``UserError`` naming the file, raised before the model is us
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +26,15 @@ from mtl_decoder.config import ExperimentConfig, config_from_dict
 from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_json, atomic_write_text, replace_dir, temporary_sibling
-from mtl_decoder.model import MTLDecoder, build_model
+from mtl_decoder.model import MultiTaskModel, build_model
 from mtl_decoder.runtime import default_device
 
 CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.safetensors"
 LABELS_FILE = "labels.json"
 INFO_FILE = "info.json"
+TRUNK_FILE = "trunk.json"
+TRUNK_DIR = "trunk"
 REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, LABELS_FILE)
 
 
@@ -39,7 +42,7 @@ REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, LABELS_FILE)
 class SavedModel:
     """Everything a saved model folder holds, ready to predict."""
 
-    model: MTLDecoder
+    model: MultiTaskModel
     encoder: TextEncoder
     config: ExperimentConfig
     label_sets: dict[str, list[str]]
@@ -48,7 +51,7 @@ class SavedModel:
 
 def save_model(
     directory: str | Path,
-    model: MTLDecoder,
+    model: MultiTaskModel,
     encoder: TextEncoder,
     config: ExperimentConfig,
     label_sets: dict[str, list[str]],
@@ -60,8 +63,13 @@ def save_model(
     tmp.mkdir(parents=True)
     try:
         atomic_write_text(tmp / CONFIG_FILE, config.to_yaml())
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        state = {k: v.detach().contiguous().cpu() for k, v in _state_to_save(model).items()}
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        identity = getattr(model, "identity", None)
+        if identity is not None:  # a pretrained trunk: where it came from and the hash of its weights
+            atomic_write_json(tmp / TRUNK_FILE, identity.to_dict())
+            trunk = config.model.trunk
+            save_trunk_checkpoint(model, tmp / TRUNK_DIR, weights=trunk.save == "full" and trunk.mode != "upcycle")
         encoder.save(tmp)
         atomic_write_json(tmp / LABELS_FILE, label_sets)
         if extra:
@@ -83,8 +91,10 @@ def load_model(directory: str | Path, device: torch.device | str | None = None) 
             raise UserError(f"{directory}: not a model folder (missing {name})")
     config = _read_config(directory / CONFIG_FILE)
     label_sets = _read_labels(directory / LABELS_FILE, config)
-    encoder = TextEncoder.load(directory, config.data.max_length)
-    model = build_model(config, label_sets, encoder)
+    encoder = TextEncoder.load(directory, config.data.max_length, words_as_text=config.model.trunk.enabled)
+    identity = _read_identity(directory / TRUNK_FILE) if config.model.trunk.enabled else None
+    saved_trunk = directory / TRUNK_DIR if identity is not None else None
+    model = build_model(config, label_sets, encoder, saved_trunk=saved_trunk, expected_identity=identity)
     _load_weights(model, directory / WEIGHTS_FILE)
     model.eval()
     model.to(device if device is not None else default_device())
@@ -128,12 +138,12 @@ def _read_labels(path: Path, config: ExperimentConfig) -> dict[str, list[str]]:
     return {t: labels[t] for t in config.tasks}
 
 
-def _load_weights(model: MTLDecoder, path: Path) -> None:
+def _load_weights(model: MultiTaskModel, path: Path) -> None:
     try:
         state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
         raise UserError(f"{path}: not a readable safetensors file ({err}); re-save or re-train the model") from None
-    expected = model.state_dict()
+    expected = _state_to_save(model)
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     wrong = [k for k in expected if k in state and state[k].shape != expected[k].shape]
@@ -151,4 +161,44 @@ def _load_weights(model: MTLDecoder, path: Path) -> None:
             f"({'; '.join(details)}): the folder's files must come from one saved model; copy the whole folder again "
             "or re-save the model"
         )
-    model.load_state_dict(state)
+    model.load_state_dict(state, strict=not getattr(model, "saves_trainable_only", False))
+
+
+def _state_to_save(model: MultiTaskModel) -> dict[str, torch.Tensor]:
+    """What a model folder stores: a model with a frozen pretrained trunk says (``state_to_save``)."""
+    return model.state_to_save() if hasattr(model, "state_to_save") else model.state_dict()
+
+
+def _read_identity(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise UserError(f"{path.parent}: not a complete model folder (missing {TRUNK_FILE}, the trunk's identity)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not valid JSON ({err})") from None
+
+
+def save_trunk_checkpoint(model: MultiTaskModel, directory: Path, weights: bool) -> None:
+    """trunk/: the pretrained trunk's config.json, and with ``weights`` its unchanged pretrained weights (the
+    frozen weights of modes frozen and lora, for model.trunk.save=full: the folder then loads on its own)."""
+    base = model.states.base if hasattr(model, "states") else model.trunk
+    directory.mkdir(parents=True, exist_ok=True)
+    base.config.save_pretrained(str(directory))
+    if weights:
+        state = {k: v.detach().contiguous().cpu() for k, v in _base_weights(base).items()}
+        save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _base_weights(base: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The frozen pretrained weights of a trunk under its original parameter names: in mode lora every expert
+    of a block wraps the same frozen MLP, so the first shared expert's ``base_layer``s are that MLP's weights."""
+    out = {}
+    for name, tensor in base.state_dict().items():
+        if ".lora_" in name:
+            continue
+        name = re.sub(r"\.mlp\.block\.shared\.experts\.0\.", ".mlp.", name)
+        name = re.sub(r"\.mlp\.expert\.", ".mlp.", name)
+        if ".mlp.block." in name:  # the other experts (the same frozen weights again) and the gates
+            continue
+        out[name.replace(".base_layer.", ".")] = tensor
+    return out

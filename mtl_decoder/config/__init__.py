@@ -34,6 +34,7 @@ from mtl_decoder.config.schema import (
     TaskDataConfig,
     TokenizerConfig,
     TrainingConfig,
+    TrunkConfig,
 )
 from mtl_decoder.config.variants import SHARED, VARIANTS, Variant
 
@@ -57,6 +58,7 @@ __all__ = [
     "TaskDataConfig",
     "TokenizerConfig",
     "TrainingConfig",
+    "TrunkConfig",
     "Variant",
     "apply_override",
     "build",

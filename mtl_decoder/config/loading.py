@@ -177,6 +177,20 @@ def _tasks_from_yaml(entries: Any, base: Path) -> dict[str, dict[str, Any]]:
     return tasks
 
 
+def _resolve_trunk_path(tree: dict[str, Any], base: Path) -> None:
+    """model.trunk.pretrained: a local folder or file (relative to the config file, or to the current folder)
+    becomes an absolute path; anything else is a hub id and stays as written."""
+    trunk = tree.get("model", {}).get("trunk") if isinstance(tree.get("model"), dict) else None
+    value = trunk.get("pretrained") if isinstance(trunk, dict) else None
+    if not isinstance(value, str) or not value or Path(value).is_absolute():
+        return
+    for root in (base, Path.cwd()):
+        candidate = (root / value).expanduser()
+        if candidate.exists():
+            trunk["pretrained"] = str(candidate.resolve())
+            return
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """'a.b.c=value' -> (['a', 'b', 'c'], parsed value); the value is read as YAML.
 
@@ -231,6 +245,7 @@ def load_config(
         apply_override(tree, parts, value)
     for task in tree["tasks"].values():  # paths given as overrides are relative to where the user is
         _resolve_task_paths(task, Path.cwd())
+    _resolve_trunk_path(tree, Path(path).parent if path is not None else Path.cwd())
     tasks = {name: build(TaskConfig, task, f"tasks.{name}") for name, task in tree["tasks"].items()}
     return build(ExperimentConfig, {**tree, "tasks": tasks})
 

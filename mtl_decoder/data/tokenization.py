@@ -6,6 +6,7 @@ tokenizer (a fast one: its ``tokenizers`` backend is used) can be loaded instead
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +108,12 @@ def read_tokenizer_file(path: str | Path) -> Tokenizer:
 class TextEncoder:
     """Encodes words or raw text to at most ``max_length`` ids, special tokens included."""
 
-    def __init__(self, tokenizer: Tokenizer, max_length: int):
+    def __init__(self, tokenizer: Tokenizer, max_length: int, words_as_text: bool = False):
+        """``words_as_text``: encode a word list as the text of its words joined by single spaces, each token
+        assigned to the word it lies in (by its character offsets). A pretrained tokenizer (byte-level BPE,
+        SentencePiece) marks a word's leading space in its first token; encoding words one by one
+        (``is_pretokenized``) would drop that mark and feed the trunk pieces it never saw in pretraining."""
+        self.words_as_text = words_as_text
         self.tokenizer = tokenizer
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
@@ -119,6 +125,8 @@ class TextEncoder:
         self.vocab_size = tokenizer.get_vocab_size()
 
     def encode_words(self, words: list[str]) -> Encoded:
+        if self.words_as_text:
+            return self._from_joined(words, self.tokenizer.encode(" ".join(words), add_special_tokens=False))
         return self._from_words(words, self.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False))
 
     def encode_text(self, text: str) -> Encoded:
@@ -132,9 +140,14 @@ class TextEncoder:
         raw = self.tokenizer.encode_batch([items[i] for i in texts], add_special_tokens=False)
         for i, enc in zip(texts, raw, strict=True):
             out[i] = self._from_text(items[i], enc)
-        raw = self.tokenizer.encode_batch([items[i] for i in lists], is_pretokenized=True, add_special_tokens=False)
-        for i, enc in zip(lists, raw, strict=True):
-            out[i] = self._from_words(items[i], enc)
+        if self.words_as_text:
+            raw = self.tokenizer.encode_batch([" ".join(items[i]) for i in lists], add_special_tokens=False)
+            for i, enc in zip(lists, raw, strict=True):
+                out[i] = self._from_joined(items[i], enc)
+        else:
+            raw = self.tokenizer.encode_batch([items[i] for i in lists], is_pretokenized=True, add_special_tokens=False)
+            for i, enc in zip(lists, raw, strict=True):
+                out[i] = self._from_words(items[i], enc)
         return out  # type: ignore[return-value]
 
     def _from_words(self, words: list[str], enc) -> Encoded:
@@ -145,12 +158,23 @@ class TextEncoder:
             enc = self.tokenizer.encode(fixed, is_pretokenized=True, add_special_tokens=False)
         return self._finish(enc, words, None)
 
+    def _from_joined(self, words: list[str], enc) -> Encoded:
+        """Tokens of " ".join(words), each given the word its last character lies in."""
+        ends, pos = [], -1
+        for w in words:  # ends[k]: the offset of the space after word k (for the last word, the text's end)
+            pos += len(w) + 1
+            ends.append(pos)
+        found = {_word_of(s, e, ends, len(words)) for s, e in enc.offsets}
+        if len(found) < len(words):  # a word with no token of its own (cannot happen for real words)
+            return self._from_words(words, self.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False))
+        return self._finish(enc, words, None, word_ends=ends)
+
     def _from_text(self, text: str, enc) -> Encoded:
         spans: list[tuple[int, int]] = []
         number: dict[int, int] = {}  # the pre-tokenizer's word id -> our word number (ids may skip one)
         for word, (start, end) in zip(enc.word_ids, enc.offsets, strict=True):
-            if word is None:
-                continue
+            if word is None or (word not in number and not text[start:end].strip()):
+                continue  # a special token, or a run of spaces that byte-level BPE made a word of its own
             if word not in number:
                 number[word] = len(spans)
                 spans.append((start, end))
@@ -161,19 +185,28 @@ class TextEncoder:
             limit = spans[i + 1][0] if i + 1 < len(spans) else len(text)
             while end < limit and not text[end].isspace():
                 end += 1
+            while start < end - 1 and text[start].isspace():  # byte-level BPE words carry their leading space
+                start += 1
             spans[i] = (start, end)
         words = [text[s:e] for s, e in spans]
         return self._finish(enc, words, spans, number)
 
-    def _finish(self, enc, words: list[str], spans, number: dict[int, int] | None = None) -> Encoded:
+    def _finish(
+        self, enc, words: list[str], spans, number: dict[int, int] | None = None, word_ends: list[int] | None = None
+    ) -> Encoded:
         budget = self.max_length - self.n_special
         if len(enc.ids) > budget:
             enc.truncate(budget)
         enc = self.tokenizer.post_process(enc)
-        if number is None:
+        if word_ends is not None:  # words joined by spaces: a token's word is where its last character lies
+            word_index = [
+                -1 if special else _word_of(s, e, word_ends, len(words))
+                for (s, e), special in zip(enc.offsets, enc.special_tokens_mask, strict=True)
+            ]
+        elif number is None:
             word_index = [-1 if w is None else w for w in enc.word_ids]
         else:
-            word_index = [-1 if w is None else number[w] for w in enc.word_ids]
+            word_index = [number.get(w, -1) for w in enc.word_ids]
         kept = max(word_index, default=-1) + 1
         return Encoded(list(enc.ids), word_index, words, spans, kept)
 
@@ -181,11 +214,22 @@ class TextEncoder:
         self.tokenizer.save(str(Path(directory) / TOKENIZER_FILE))
 
     @classmethod
-    def load(cls, directory: str | Path, max_length: int) -> TextEncoder:
+    def load(cls, directory: str | Path, max_length: int, words_as_text: bool = False) -> TextEncoder:
         path = Path(directory) / TOKENIZER_FILE
         if not path.is_file():
             raise UserError(f"{directory}: no {TOKENIZER_FILE} (is this a model directory?)")
-        return cls(read_tokenizer_file(path), max_length)
+        return cls(read_tokenizer_file(path), max_length, words_as_text)
+
+
+def _word_of(start: int, end: int, word_ends: list[int], n_words: int) -> int:
+    """The word of words joined by single spaces that a token with these offsets belongs to: the word its last
+    character lies in; a token that is only the space before a word (byte-level BPE puts one before digits)
+    belongs to the word after it."""
+    last = max(start, end - 1)
+    word = bisect.bisect_left(word_ends, last)
+    if word < n_words and last == word_ends[word] and end - start == 1:  # the separating space itself
+        word += 1
+    return min(word, n_words - 1)
 
 
 def word_labels(encoded: Encoded, word_tags: list[int]) -> list[int]:

@@ -14,6 +14,7 @@ exactly the tokens that read it, as two grouped matmuls. Attention runs once ove
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -144,12 +145,16 @@ class ExpertBlock(nn.Module):
         hidden: int,
         initial_shared_weight: float,
         shared_gate: bool,
+        make_group: Callable[[int], nn.Module] | None = None,
     ):
+        """``make_group(n)``: a module of n experts mapping (M, C) -> (n, M, C) with an ``n_experts`` attribute
+        (default: n SwiGLU experts of width ``hidden``; a pretrained trunk passes copies of its own MLP)."""
         super().__init__()
         self.variant = variant = VARIANTS[variant] if isinstance(variant, str) else variant
-        self.shared = ExpertGroup(n_shared, d_model, hidden)
+        make_group = make_group or (lambda n: ExpertGroup(n, d_model, hidden))
+        self.shared = make_group(n_shared)
         n_own = n_task if variant.task_experts else 0
-        self.task_experts = nn.ModuleDict({t: ExpertGroup(n_task, d_model, hidden) for t in tasks} if n_own else {})
+        self.task_experts = nn.ModuleDict({t: make_group(n_task) for t in tasks} if n_own else {})
         self.task_gates = nn.ModuleDict({t: Gate(d_model, n_own, n_shared, initial_shared_weight) for t in tasks})
         self.shared_gate = (
             Gate(d_model, n_own * len(tasks), n_shared, initial_shared_weight)

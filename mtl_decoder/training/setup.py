@@ -47,9 +47,14 @@ def read_data(
 
 
 def make_tokenizer(cfg: ExperimentConfig, train: list[Source], stored: Path | None = None):
-    """The run's tokenizer: a resumed run's own, a pretrained one, or one trained on the train texts."""
+    """The run's tokenizer: a resumed run's own, the pretrained trunk's, a pretrained one, or one trained on the
+    train texts."""
     if stored is not None:
         return load_pretrained_tokenizer(str(stored))
+    if cfg.model.trunk.enabled:  # a pretrained trunk reads the ids of its own tokenizer
+        from mtl_decoder.model.pretrained.hub import load_tokenizer
+
+        return load_tokenizer(cfg.model.trunk)
     if cfg.tokenizer.kind == "pretrained":
         return load_pretrained_tokenizer(cfg.tokenizer.pretrained)
     texts = (ex.words if ex.words is not None else ex.text for s in train for ex in s.examples)

@@ -65,6 +65,9 @@ class TrainResult:
     """One of STOP_REASONS."""
     resumed_from: list[int] = field(default_factory=list)
     """Steps at which the run was resumed; a resumed run's memory and speed figures are its last session's."""
+    state_cache_seconds: float = 0.0
+    """Mode frozen: time spent computing the pretrained trunk's states before training (this session; not in
+    wall_time_s)."""
 
     @property
     def stopped_early(self) -> bool:
@@ -80,6 +83,7 @@ class TrainResult:
             "stop_reason": self.stop_reason,
             "resumed_from": self.resumed_from,
             "wall_time_s": self.wall_time_s,
+            "state_cache_seconds": self.state_cache_seconds,
             "tokens_per_s": self.tokens_per_s,
             "parameters": self.parameters,
             "validation": self.best_metrics,

@@ -1,0 +1,79 @@
+"""Modes 'upcycle' and 'lora': a pretrained transformers base model is the trunk, PLE in every block.
+
+Every row of the batch (one per example and route) runs through the library's own forward pass (embeddings,
+attention through its SDPA path, norms); each block's MLP is a ``RoutedMLP`` (adapters.py). With
+``model.attention: bidirectional`` the causal mask is lifted (``is_causal=False``, padding still masked).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from mtl_decoder.config import ModelConfig
+from mtl_decoder.model.experts import ExpertBlock, Gate, RouteLayout
+from mtl_decoder.model.heads import MultiTaskModel, TaskHeadSpec
+from mtl_decoder.model.pretrained.adapters import add_lora_to_linears, install_expert_blocks, routing
+from mtl_decoder.model.pretrained.hub import BaseIdentity, decoder_layers
+
+
+class PretrainedDecoder(MultiTaskModel):
+    saves_trainable_only: bool
+    """In mode lora only the low-rank updates, gates and heads are saved (the base is referenced by identity)."""
+
+    def __init__(self, cfg: ModelConfig, tasks: list[TaskHeadSpec], base: nn.Module, identity: BaseIdentity):
+        super().__init__(cfg, tasks, identity.hidden_size)
+        self.identity = identity
+        self.trunk = base
+        self._blocks = install_expert_blocks(base, cfg, self.task_names)
+        self.final_norm = nn.Identity()  # the trunk's own final norm already ran
+        for head in self.heads.values():
+            nn.init.normal_(head.weight, std=0.02)
+            nn.init.zeros_(head.bias)
+        self.saves_trainable_only = cfg.trunk.mode == "lora"
+        if cfg.trunk.mode == "lora":
+            self._freeze_all_but_updates(cfg)
+        if cfg.trunk.gradient_checkpointing:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def _freeze_all_but_updates(self, cfg: ModelConfig) -> None:
+        """Mode lora: the pretrained weights frozen; LoRA matrices, gates, heads (and CRFs) train."""
+        from peft.tuners.lora.layer import LoraLayer
+
+        if cfg.trunk.lora_attention:
+            for layer in decoder_layers(self.trunk):
+                attention = getattr(layer, "self_attn", None) or getattr(layer, "attn", None)
+                if attention is not None:
+                    add_lora_to_linears(attention, cfg.trunk, "attention")
+        self.trunk.requires_grad_(False)
+        for module in self.trunk.modules():
+            if isinstance(module, LoraLayer):
+                for part in (module.lora_A, module.lora_B):
+                    part.requires_grad_(True)
+            elif isinstance(module, Gate):
+                module.requires_grad_(True)
+
+    def expert_blocks(self) -> list[ExpertBlock | None]:
+        return list(self._blocks)
+
+    def encode(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layout: RouteLayout, features: dict[str, Any]
+    ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+        rows = layout.row_example
+        with routing(layout) as state:
+            out = self.trunk(
+                input_ids=input_ids[rows],
+                attention_mask=attention_mask[rows].long(),
+                is_causal=self.cfg.attention == "causal",
+                use_cache=False,
+            )
+        gates = state.gates or [{} for _ in self._blocks]  # hard sharing with upcycle: the blocks' own MLPs
+        return out.last_hidden_state.float(), gates  # (N, T, C)
+
+    def state_to_save(self) -> dict[str, torch.Tensor]:
+        """What best/ stores: everything (upcycle), or only what trains (lora: updates, gates, heads)."""
+        if not self.saves_trainable_only:
+            return self.state_dict()
+        return {name: p for name, p in self.named_parameters() if p.requires_grad}
