@@ -98,7 +98,7 @@ def overfit(
     cfg = quiet_config(config)
     torch.manual_seed(cfg.training.seed)
     device = torch.device(device) if device is not None else default_device()
-    chosen, counts, encoder, label_sets = one_batch(cfg, examples)
+    chosen, encoder, label_sets = one_batch(cfg, examples)
     kinds = {name: t.kind for name, t in cfg.tasks.items()}
     label_ids = {t: {lab: i for i, lab in enumerate(labs)} for t, labs in label_sets.items()}
     rows = [encode_example(ex, encoder, label_ids, kinds) for ex in chosen]
@@ -108,24 +108,20 @@ def overfit(
     started = time.perf_counter()
     with one_thread(device):
         result = _fit_and_check(model, batch, chosen, encoder, cfg, label_sets, steps, threshold, lr, device)
-    result.examples = counts
     result.seconds = time.perf_counter() - started
     result.passed = result.failure is None
     return result
 
 
-def one_batch(
-    cfg: ExperimentConfig, examples: int
-) -> tuple[list[Example], dict[str, int], TextEncoder, dict[str, list[str]]]:
+def one_batch(cfg: ExperimentConfig, examples: int) -> tuple[list[Example], TextEncoder, dict[str, list[str]]]:
     """The train split read and checked as ``train`` reads it, its label sets and tokenizer, and the first
-    ``examples`` examples of every task: (examples, count per task, encoder, label sets)."""
+    ``examples`` examples of every task: (examples, encoder, label sets)."""
     train = load_split(cfg.tasks, "train", repair_iob=cfg.data.repair_iob)
     label_sets = {t.name: infer_labels(t, s.examples) for s in train for t in s.tasks}
     for source in train:
         check_labels(source, label_sets, "train")
     encoder = TextEncoder(make_tokenizer(cfg, train), cfg.data.max_length)
-    chosen, counts = pick_examples(train, list(cfg.tasks), examples)
-    return chosen, counts, encoder, label_sets
+    return pick_examples(train, list(cfg.tasks), examples), encoder, label_sets
 
 
 @contextmanager
@@ -159,10 +155,11 @@ def _fit_and_check(
     """Fit, then run the checks in order until the first failure."""
     kinds = {name: t.kind for name, t in cfg.tasks.items()}
     history, done, failure = fit(model, batch, list(cfg.tasks), steps, threshold, lr)
-    result = OverfitResult(False, failure, done, 0.0, history, {}, threshold)
+    counts = {task: sum(task in ex.labels for ex in chosen) for task in cfg.tasks}
+    result = OverfitResult(False, failure, done, 0.0, history, counts, threshold)
     result.checks.append(("every task has a finite loss", failure is None))
     if failure is None:
-        result.failure = _check_losses(model, batch, history, threshold, done)
+        result.failure = _check_losses(model, batch, history, threshold, done, counts)
         result.checks.append((f"every task's loss below {threshold}", result.failure is None))
     items = [ex.words if ex.words is not None else ex.text for ex in chosen]
     if result.failure is None:
@@ -182,7 +179,7 @@ def quiet_config(config: ExperimentConfig) -> ExperimentConfig:
     )
 
 
-def pick_examples(sources: list, tasks: list[str], k: int) -> tuple[list[Example], dict[str, int]]:
+def pick_examples(sources: list, tasks: list[str], k: int) -> list[Example]:
     """The first ``k`` train examples carrying each task's label (an example may count for several tasks)."""
     chosen: list[Example] = []
     counts = dict.fromkeys(tasks, 0)
@@ -195,7 +192,7 @@ def pick_examples(sources: list, tasks: list[str], k: int) -> tuple[list[Example
             for t in ex.labels:
                 if t in counts:
                     counts[t] += 1
-    return chosen, counts
+    return chosen
 
 
 def _to(value: Any, device: torch.device) -> Any:
@@ -237,7 +234,12 @@ def fit(
 
 @torch.no_grad()
 def _check_losses(
-    model: nn.Module, batch: dict[str, Any], history: dict[str, dict[str, float]], threshold: float, steps: int
+    model: nn.Module,
+    batch: dict[str, Any],
+    history: dict[str, dict[str, float]],
+    threshold: float,
+    steps: int,
+    counts: dict[str, int],
 ) -> str | None:
     model.eval()
     out = model(**batch)
@@ -247,8 +249,8 @@ def _check_losses(
         if not h["final"] < threshold:
             return (
                 f"task '{task}' loss {h['final']:.4f} is not below {threshold} after {steps} steps (first "
-                f"{h['first']:.4f}, best {h['best']:.4f}): the model cannot fit {len(out.examples.get(task, []))} "
-                "examples; check that labels reach the loss, the masks, and the learning rate (--lr)"
+                f"{h['first']:.4f}, best {h['best']:.4f}): the model cannot fit {counts[task]} examples; check that "
+                "labels reach the loss, the masks, and the learning rate (--lr)"
             )
     return None
 
