@@ -47,6 +47,15 @@ def routing(layout: RouteLayout) -> Iterator[Routing]:
         _ROUTING.reset(token)
 
 
+def checkpoint_contexts() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+    """``context_fn`` of torch's non-reentrant checkpoint (gradient checkpointing): the backward pass recomputes a
+    block after ``routing`` has ended, so the recomputation gets the layout of the forward pass that checkpointed
+    it again (called once per checkpointed block, during that forward pass); the gates it recomputes are dropped."""
+    state = _ROUTING.get()
+    replay = routing(state.layout) if state is not None else contextlib.nullcontext()
+    return contextlib.nullcontext(), replay
+
+
 class CopiedExperts(nn.Module):
     """E trainable copies of a pretrained MLP module, whatever its family; (M, C) -> (E, M, C)."""
 

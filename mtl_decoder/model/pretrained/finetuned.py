@@ -15,7 +15,12 @@ from torch import nn
 from mtl_decoder.config import ModelConfig
 from mtl_decoder.model.experts import ExpertBlock, Gate, RouteLayout
 from mtl_decoder.model.heads import MultiTaskModel, TaskHeadSpec
-from mtl_decoder.model.pretrained.adapters import add_lora_to_linears, install_expert_blocks, routing
+from mtl_decoder.model.pretrained.adapters import (
+    add_lora_to_linears,
+    checkpoint_contexts,
+    install_expert_blocks,
+    routing,
+)
 from mtl_decoder.model.pretrained.hub import BaseIdentity, decoder_layers
 
 
@@ -36,7 +41,10 @@ class PretrainedDecoder(MultiTaskModel):
         if cfg.trunk.mode == "lora":
             self._freeze_all_but_updates(cfg)
         if cfg.trunk.gradient_checkpointing:
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            kwargs = {"use_reentrant": False, "context_fn": checkpoint_contexts}
+            # transformers 5 renamed it (the old name warns); both take the checkpoint's kwargs first
+            enable = getattr(base, "activation_checkpointing_enable", None) or base.gradient_checkpointing_enable
+            enable(kwargs)
 
     def _freeze_all_but_updates(self, cfg: ModelConfig) -> None:
         """Mode lora: the pretrained weights frozen; LoRA matrices, gates, heads (and CRFs) train."""
