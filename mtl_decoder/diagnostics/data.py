@@ -91,9 +91,13 @@ def debug_data(
         "repair_iob": config.data.repair_iob,
         "max_overlap": max_overlap,
         "max_mislabelled": max_mislabelled,
-        "tokenizer": f"{config.tokenizer.kind}, {encoder.vocab_size} pieces" if encoder else None,
+        "tokenizer": f"{_tokenizer_kind(config)}, {encoder.vocab_size} pieces" if encoder else None,
     }
     return DataReport(tasks, ranked(findings), shared, settings)
+
+
+def _tokenizer_kind(config: ExperimentConfig) -> str:
+    return "the pretrained trunk's" if config.model.trunk.enabled else config.tokenizer.kind
 
 
 def _encoder(config: ExperimentConfig, train_reads: list[SourceRead]) -> TextEncoder | None:
@@ -101,7 +105,8 @@ def _encoder(config: ExperimentConfig, train_reads: list[SourceRead]) -> TextEnc
     untruncated ones; None when no train data could be read."""
     if not train_reads:
         return None
-    return TextEncoder(make_tokenizer(config, [r.source for r in train_reads]), max_length=1 << 30)
+    tokenizer = make_tokenizer(config, [r.source for r in train_reads])
+    return TextEncoder(tokenizer, max_length=1 << 30, words_as_text=config.model.trunk.enabled)
 
 
 def describe_task(
@@ -198,7 +203,7 @@ def length_stats(examples: list[Example], encoder: TextEncoder, max_length: int)
     cut = [i for i, n in enumerate(lengths) if n > max_length]
     words_cut = 0
     if cut:
-        limited = TextEncoder(encoder.tokenizer, max_length)
+        limited = TextEncoder(encoder.tokenizer, max_length, words_as_text=encoder.words_as_text)
         kept = limited.encode_batch([items[i] for i in cut])
         words_cut = sum(len(k.words) - k.kept_words for k in kept)
     return {

@@ -120,7 +120,7 @@ def one_batch(cfg: ExperimentConfig, examples: int) -> tuple[list[Example], Text
     label_sets = {t.name: infer_labels(t, s.examples) for s in train for t in s.tasks}
     for source in train:
         check_labels(source, label_sets, "train")
-    encoder = TextEncoder(make_tokenizer(cfg, train), cfg.data.max_length)
+    encoder = TextEncoder(make_tokenizer(cfg, train), cfg.data.max_length, words_as_text=cfg.model.trunk.enabled)
     return pick_examples(train, list(cfg.tasks), examples), encoder, label_sets
 
 

@@ -40,6 +40,11 @@ SATURATION = 4.0
 NORM_TYPES = (nn.LayerNorm, nn.RMSNorm)
 
 
+def is_norm(module: nn.Module) -> bool:
+    """torch's norms, and a pretrained trunk's own (LlamaRMSNorm, Qwen2RMSNorm, ...) by their class name."""
+    return isinstance(module, NORM_TYPES) or type(module).__name__.endswith(("RMSNorm", "LayerNorm"))
+
+
 @dataclass
 class _Pending:
     """A (rows, T) per-token value waiting for its real-token mask."""
@@ -147,7 +152,7 @@ class Probes:
 
     def __enter__(self) -> Probes:
         for name, module in self.model.named_modules():
-            if isinstance(module, NORM_TYPES):
+            if is_norm(module):
                 self.handles.append(module.register_forward_hook(self._norm_hook(name)))
             elif isinstance(module, SelfAttention):
                 self.handles.append(module.register_forward_hook(self._attention_hook(name), with_kwargs=True))

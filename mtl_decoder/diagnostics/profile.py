@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mtl_decoder.diagnostics.probes import is_norm
 from mtl_decoder.model import ExpertBlock, ExpertGroup, Gate
 from mtl_decoder.model.layers import SelfAttention, SwiGLU
 
@@ -35,8 +36,6 @@ TYPES: tuple[tuple[type, str], ...] = (
     (ExpertGroup, "experts"),
     (SwiGLU, "experts"),
     (Gate, "gates"),
-    (nn.LayerNorm, "norms"),
-    (nn.RMSNorm, "norms"),
     (nn.Embedding, "embedding"),
 )
 
@@ -50,7 +49,7 @@ def categories(model: nn.Module) -> dict[str, str]:
         parent = next((out[p] for p in _ancestors(name) if p in out), None)
         if parent is not None and parent != "expert_block":
             continue
-        category = next((c for t, c in TYPES if isinstance(module, t)), None)
+        category = next((c for t, c in TYPES if isinstance(module, t)), "norms" if is_norm(module) else None)
         if name.split(".")[0] in ("heads", "crfs") and parent is None:
             category = "heads" if name.count(".") == 1 else None
         elif name == "word_features":

@@ -89,7 +89,7 @@ def _attention(attention: dict[str, list[dict[str, float]]]) -> list[str]:
         for h in heads
     ]
     if not rows:
-        return [*lines, "No native attention modules in this model.", ""]
+        return [*lines, "No native attention modules in this model (a pretrained trunk's attention is not probed).", ""]
     return lines + _table(["module", "head", "entropy (nats)", "normalised", "diagonal"], rows)
 
 
