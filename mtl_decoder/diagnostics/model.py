@@ -132,9 +132,10 @@ def _output_dir(given: str | Path | None, default: Path) -> Path:
 
 def diagnostic_batches(
     saved: SavedModel, split: str, data: Mapping[str, str | Path] | Iterable[str] | None, examples: int
-) -> tuple[list[Batch], dict[str, int]]:
+) -> tuple[list[Batch], dict[str, tuple[int, str]]]:
     """The first ``examples`` examples of each source of ``split`` (each task's own file, or --data's), collated
-    without labels in the run's eval batch size; tasks with no such split are left out."""
+    without labels in the run's eval batch size, and per task (examples, source); tasks with no such split are
+    left out."""
     if split not in SPLITS:
         raise UserError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)}){did_you_mean(split, SPLITS)}")
     if examples < 1:
@@ -148,7 +149,7 @@ def diagnostic_batches(
     collate = collator_for(saved.model.cfg, saved.encoder.pad_id, {})
     device = next(saved.model.parameters()).device
     batches: list[Batch] = []
-    counts: dict[str, int] = {}
+    counts: dict[str, tuple[int, str]] = {}
     size = cfg.data.eval_batch_size
     for source in load_split(tasks, split, names, repair_iob=cfg.data.repair_iob):
         chosen = source.examples[:examples]
@@ -158,7 +159,7 @@ def diagnostic_batches(
         for start in range(0, len(rows), size):
             batch = {k: v.to(device) for k, v in collate(rows[start : start + size]).items()}
             batches.append((run, batch))
-        counts.update({name: len(chosen) for name in run})
+        counts.update({name: (len(chosen), source.key) for name in run})
     return batches, counts
 
 
@@ -248,13 +249,14 @@ def timeline_row(checkpoint: Path, sections: dict[str, Any], findings: list[Find
 
 
 def _report(
-    model: str, split: str, counts: dict[str, int], sections: dict[str, Any], findings: list[Finding]
+    model: str, split: str, counts: dict[str, tuple[int, str]], sections: dict[str, Any], findings: list[Finding]
 ) -> dict[str, Any]:
     findings = ranked(findings)
     return {
         "model": model,
         "split": split,
-        "examples": counts,
+        "examples": {task: n for task, (n, _) in counts.items()},
+        "sources": {task: source for task, (_, source) in counts.items()},
         "summary": {
             "ok": count(findings, "error") == 0,
             "errors": count(findings, "error"),

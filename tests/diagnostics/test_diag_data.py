@@ -136,3 +136,29 @@ def test_cli_json_is_one_object_and_exit_status_follows_errors(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "overlap_exact [sent/validation]" in out and "exit status 1" in out
     assert main(["debug-data", "--config", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_tasks_that_share_files(tmp_path, healthy):
+    """Two tasks read one SemEval file (one example, two label sets); a third task's train file is the
+    sentiment task's validation file: the shared trunk has seen those held-out inputs."""
+    semeval = str(FIXTURES / "semeval_train.jsonl")
+    tasks = tasks_with(sentiment={"validation": str(FIXTURES / "sentiment_train.jsonl")})
+    tasks[1]["data"]["validation"] = str(FIXTURES / "sentiment_validation.jsonl")
+    tasks += [
+        {"name": "aspect", "kind": "token_tagging", "columns": {"tags": "aspect_tags"},
+         "data": {"train": semeval, "validation": semeval}},
+        {"name": "polarity", "kind": "sentence_classification",
+         "data": {"train": semeval, "validation": semeval}},
+        {"name": "sent2", "kind": "sentence_classification",
+         "data": {"train": str(FIXTURES / "sentiment_validation.jsonl"), "validation": semeval}},
+    ]  # fmt: skip
+    report = debug_data(tiny_config(tmp_path, tasks=tasks))
+    groups = {g["file"].split("/")[-1]: g for g in report.shared}
+    assert groups["semeval_train.jsonl"]["read_by"][:4] == [
+        "aspect/train", "aspect/validation", "polarity/train", "polarity/validation"
+    ]  # fmt: skip
+    assert groups["sentiment_validation.jsonl"]["leak"]
+    assert report.tasks["aspect"]["splits"]["train"]["shared_with"] == ["polarity"]
+    leaks = [f for f in report.findings if f.code == "shared_file_leak"]
+    assert any("sentiment_validation.jsonl" in f.message for f in leaks)
+    assert report.tasks["polarity"]["overlap"]["validation"]["exact_share"] == 1.0  # its train file, again

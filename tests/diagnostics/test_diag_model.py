@@ -188,3 +188,11 @@ def test_gate_verdicts_from_utilisation_numbers():
         ("dead_expert", "layer_1.shared/1"),  # every gate that can use it gives it too little
         ("ignores_own_experts", "layer_1.ner"),
     ]
+
+
+def test_data_flag_reads_a_task_from_a_given_file(best, tmp_path):
+    test_file = Path(__file__).parents[1] / "fixtures" / "ner_test.jsonl"
+    result = diagnose(best, data=[f"ner={test_file}"], output_dir=tmp_path, examples=5, profile=False)
+    assert result.report["examples"] == {"ner": 5, "sentiment": 5}
+    assert result.report["sources"]["ner"] == str(test_file)
+    assert result.report["sources"]["sentiment"].endswith("sentiment_validation.jsonl")
