@@ -27,6 +27,7 @@ def _positive(name: str, value: float, allow_zero: bool = False) -> None:
 
 
 TRUNK_MODES = ("upcycle", "lora", "frozen")
+POSITION_EMBEDDINGS = ("rope", "linear", "linear_only")
 TRUNK_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -107,6 +108,18 @@ class ModelConfig:
     """Dropout on the embedding and on each residual branch."""
     rope_base: float = 10000.0
     """Base of the rotary position embedding's frequencies."""
+    position_embedding: str = "rope"
+    """How positions enter: 'rope' (rotary positions in attention), 'linear' (RoPE plus the position-aware linear
+    sub-layer x_i * (1 + alpha_i) + beta_i, (alpha_i, beta_i) read from a learned position table through a linear
+    map that starts at zero: the identity at initialisation) or 'linear_only' (the sub-layer without RoPE)."""
+    position_embedding_where: str = "input"
+    """Where the linear sub-layer sits: 'input' (once, before the first layer) or 'every_layer' (before each)."""
+    position_max_length: int = 512
+    """Rows of the linear sub-layer's position table: the longest sequence it can place (at least data.max_length;
+    a longer one is an error, never interpolated)."""
+    position_scale_bound: float | None = None
+    """Bound b on the linear sub-layer's scale: alpha = b * tanh(raw / b), so the factor stays in (1 - b, 1 + b)
+    (None: unbounded; b <= 1 keeps it positive)."""
     char_embedding: int = 0
     """Width of a character-CNN feature per word added to its sub-words (0 = off). Helps unseen names."""
     word_features: bool = False
@@ -131,6 +144,11 @@ class ModelConfig:
         _choice("norm", self.norm, ("rmsnorm", "layernorm"))
         _choice("ffn", self.ffn, tuple(VARIANTS))
         _choice("tagging_decoder", self.tagging_decoder, ("softmax", "crf"))
+        _choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        _choice("position_embedding_where", self.position_embedding_where, ("input", "every_layer"))
+        _positive("position_max_length", self.position_max_length)
+        if self.position_scale_bound is not None:
+            _positive("position_scale_bound", self.position_scale_bound)
         if self.variant.gated:
             _positive("n_shared_experts", self.n_shared_experts)
         if self.variant.task_experts:
@@ -406,7 +424,20 @@ class ExperimentConfig:
         for key, task in self.tasks.items():
             if key != task.name:
                 raise ConfigError(f"tasks.{key}.name", f"task listed as '{key}' is named '{task.name}'")
+        model = self.model
+        if model.position_embedding != "rope" and self.data.max_length > model.position_max_length:
+            raise ConfigError(
+                "model.position_max_length",
+                f"{model.position_max_length} rows cannot place data.max_length {self.data.max_length} positions: "
+                f"set model.position_max_length={self.data.max_length} or more",
+            )
         trunk = self.model.trunk
+        if trunk.enabled and trunk.mode != "frozen" and model.position_embedding != "rope":
+            raise ConfigError(
+                "model.position_embedding",
+                f"'{model.position_embedding}' needs native layers: a pretrained trunk in mode '{trunk.mode}' places "
+                "positions itself (use 'rope', or model.trunk.mode=frozen)",
+            )
         if trunk.enabled and trunk.mode == "frozen" and self.data.word_dropout:
             raise ConfigError(
                 "data.word_dropout",

@@ -13,10 +13,21 @@ import torch
 from torch import nn
 
 from mtl_decoder.config import ModelConfig
+from mtl_decoder.errors import UserError
 from mtl_decoder.model.experts import ExpertBlock, ExpertGroup, Gate, RouteLayout
 from mtl_decoder.model.features import WordFeatures
 from mtl_decoder.model.heads import MultiTaskModel, TaskHeadSpec
-from mtl_decoder.model.layers import Dropout, RotaryEmbedding, SelfAttention, SwiGLU, make_norm
+from mtl_decoder.model.layers import (
+    CacheStep,
+    DecoderCache,
+    Dropout,
+    KVCache,
+    RotaryEmbedding,
+    SelfAttention,
+    SwiGLU,
+    make_norm,
+)
+from mtl_decoder.model.positions import PositionScaleShift
 
 
 class DecoderLayer(nn.Module):
@@ -45,8 +56,12 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return self.feed_forward(self.attend(h, mask, rope), layout)
 
-    def attend(self, h: torch.Tensor, mask: torch.Tensor | None, rope: torch.Tensor) -> torch.Tensor:
+    def attend(self, h: torch.Tensor, mask: torch.Tensor | None, rope: torch.Tensor | None) -> torch.Tensor:
         return h + self.dropout(self.attn(self.attn_norm(h), mask, rope))
+
+    def attend_cached(self, h: torch.Tensor, cache: KVCache, step: CacheStep) -> torch.Tensor:
+        """``attend`` for the next tokens of streams whose history is in ``cache`` (streaming)."""
+        return h + self.dropout(self.attn.forward_cached(self.attn_norm(h), cache, step))
 
     def feed_forward(self, h: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         N, T, C = h.shape
@@ -70,7 +85,21 @@ class MTLDecoder(MultiTaskModel):
             WordFeatures(cfg) if cfg.char_embedding or cfg.word_features or cfg.word_hash_buckets else None
         )
         self.drop = Dropout(cfg.dropout)
-        self.rope = RotaryEmbedding(cfg.d_model // cfg.n_heads, cfg.rope_base)
+        self.rope = (
+            RotaryEmbedding(cfg.d_model // cfg.n_heads, cfg.rope_base)
+            if cfg.position_embedding != "linear_only"
+            else None
+        )
+        self.positions = (  # model.position_embedding linear: x * (1 + alpha_i) + beta_i before the first/every layer
+            PositionScaleShift(
+                cfg.n_layers if cfg.position_embedding_where == "every_layer" else 1,
+                cfg.position_max_length,
+                cfg.d_model,
+                cfg.position_scale_bound,
+            )
+            if cfg.position_embedding != "rope"
+            else None
+        )
         self.layers = nn.ModuleList(
             DecoderLayer(cfg, self.task_names, i == cfg.n_layers - 1) for i in range(cfg.n_layers)
         )
@@ -110,16 +139,20 @@ class MTLDecoder(MultiTaskModel):
                 features.get("shape_ids"),
                 features.get("hash_ids"),
             )
-        rope = self.rope(T)
+        rope = self.rope(T) if self.rope is not None else None
+        positions = torch.arange(T, device=input_ids.device)
         # Every route of an example starts from the same embedding, so the first attention sub-layer is the
         # same on all of them: run it once per example, then give each route its own copy (its own row).
         everyone = torch.arange(B, device=input_ids.device)
-        h = self.layers[0].attend(self.drop(x), self._attention_mask(attention_mask, everyone), rope)  # (B, T, C)
+        x = self._place(self.drop(x), 0, positions)
+        h = self.layers[0].attend(x, self._attention_mask(attention_mask, everyone), rope)  # (B, T, C)
         h = h[layout.row_example]  # (N, T, C)
         mask = self._attention_mask(attention_mask, layout.row_example)
         gates = []
         for i, layer in enumerate(self.layers):
-            h, layer_gates = layer.feed_forward(h, layout) if i == 0 else layer(h, mask, rope, layout)
+            h, layer_gates = (
+                layer.feed_forward(h, layout) if i == 0 else layer(self._place(h, i, positions), mask, rope, layout)
+            )
             gates.append(layer_gates)
         return h, gates
 
@@ -129,3 +162,62 @@ class MTLDecoder(MultiTaskModel):
         if self.cfg.attention == "causal":
             return None
         return attention_mask[row_example][:, None, None, :]
+
+    def _place(self, h: torch.Tensor, layer: int, positions: torch.Tensor) -> torch.Tensor:
+        """The linear position sub-layer in front of ``layer`` (h unchanged where there is none)."""
+        if self.positions is None or (layer and self.cfg.position_embedding_where == "input"):
+            return h
+        return self.positions(h, layer, positions)
+
+    # ---------------------------------------------------------------------------------- streaming (causal only)
+
+    def new_cache(self, batch_size: int, capacity: int, tasks: list[str] | None = None) -> DecoderCache:
+        """Empty KV caches for ``batch_size`` causal streams of at most ``capacity`` tokens each, allocated once:
+        layer 0's attention runs once per example (``encode``), so its cache has a row per stream; every later
+        layer's has a row per (stream, route) of ``tasks``' route layout."""
+        if self.cfg.attention != "causal":
+            raise UserError(
+                "streaming needs a causal model (model.attention=causal): in a bidirectional one every later token "
+                "changes every earlier token's state, so nothing can be cached"
+            )
+        device = self.embed.weight.device
+        layout = self.route_layout(
+            torch.ones(batch_size, 1, dtype=torch.bool, device=device), list(tasks or self.task_names), None
+        )
+        rows = [torch.arange(batch_size, device=device)] + [layout.row_example] * (len(self.layers) - 1)
+        head_dim = self.cfg.d_model // self.cfg.n_heads
+        return DecoderCache(rows, batch_size, self.cfg.n_heads, head_dim, capacity, self.embed.weight.dtype, device)
+
+    def encode_step(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        layout: RouteLayout,
+        features: dict[str, Any],
+        cache: DecoderCache,
+    ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+        """``encode`` for the next tokens of B streams whose earlier tokens are in ``cache`` (``new_cache``): the
+        (B, t) new ids, right-padded, go through the layers alone, attending to the cached history; their keys and
+        values are added to the cache. ``layout``: ``route_layout`` of the new tokens' mask for the cache's tasks."""
+        if not torch.equal(layout.row_example, cache.layer_rows[-1]) and len(self.layers) > 1:
+            raise ValueError("the step's route layout is not the one the cache was built for")
+        x = self.embed_tokens(input_ids, attention_mask)  # (B, t, C)
+        if self.word_features is not None:
+            x = x + self.word_features(
+                features.get("token_word"),
+                features.get("char_ids"),
+                features.get("shape_ids"),
+                features.get("hash_ids"),
+            )
+        plans = cache.step(attention_mask, self.rope)
+        first, rest = plans[id(cache.layer_rows[0])], plans[id(cache.layer_rows[-1])]
+        h = self.layers[0].attend_cached(self._place(self.drop(x), 0, first.positions), cache.layers[0], first)
+        h = h[layout.row_example]  # (N, t, C): every route of an example from the same first sub-layer
+        gates = []
+        for i, layer in enumerate(self.layers):
+            if i:
+                h = layer.attend_cached(self._place(h, i, rest.positions), cache.layers[i], rest)
+            h, layer_gates = layer.feed_forward(h, layout)
+            gates.append(layer_gates)
+        cache.advance(attention_mask)
+        return h, gates
