@@ -149,6 +149,8 @@ class Probes:
         self.handles: list[Any] = []
         self.order: list[str] = []
         """Module names in the order their forward first ran."""
+        self.unmapped = 0
+        """Recorded values dropped because their rows could not be matched to the batch's examples."""
 
     def __enter__(self) -> Probes:
         for name, module in self.model.named_modules():
@@ -235,11 +237,14 @@ class Probes:
     # ------------------------------------------------------------------------------------------ after a forward
 
     def finish(self, attention_mask: torch.Tensor, out: Any) -> None:
-        """Keep the real tokens of every (rows, T) value recorded during the forward just run."""
-        row_example = out.layout.row_example if getattr(out, "layout", None) is not None else None
+        """Keep the real tokens of every (rows, T) value recorded during the forward just run; a value whose rows
+        are none of the batch's, the layout's or its shared bottom's is dropped (counted in ``unmapped``)."""
+        layouts = _row_layouts(getattr(out, "layout", None))
         for item in self.pending:
-            real = _row_mask(item.values.shape[0], attention_mask.bool(), row_example)
-            if item.kind in ("in_rms", "out_rms"):
+            real = _row_mask(item.values.shape[0], attention_mask.bool(), layouts)
+            if real is None:
+                self.unmapped += 1
+            elif item.kind in ("in_rms", "out_rms"):
                 getattr(self.norms[item.name], item.kind).append(item.values[real].cpu())
             elif item.kind == "channels":
                 self.norms[item.name].add_channels(item.values[real])
@@ -284,13 +289,21 @@ def _mean_std(values: torch.Tensor, prefix: str) -> dict[str, float]:
     return {f"{prefix}_mean": float(values.mean()), f"{prefix}_std": float(values.std(unbiased=False))}
 
 
-def _row_mask(rows: int, attention_mask: torch.Tensor, row_example: torch.Tensor | None) -> torch.Tensor:
-    """(rows, T) real-token mask of a tensor whose rows are the batch's examples or the layout's rows."""
-    if row_example is not None and rows == row_example.shape[0]:
-        return attention_mask[row_example]
-    if rows == attention_mask.shape[0]:
-        return attention_mask
-    raise ValueError(f"cannot tell which of {rows} rows are real (batch {attention_mask.shape[0]})")
+def _row_layouts(layout: Any) -> list[torch.Tensor]:
+    """The example of every row of the layout's streams: its routes' rows, and its shared bottom's if it has one."""
+    if layout is None:
+        return []
+    bottom = getattr(layout, "bottom", None)
+    return [layout.row_example] + ([bottom.row_example] if bottom is not None else [])
+
+
+def _row_mask(rows: int, attention_mask: torch.Tensor, row_examples: list[torch.Tensor]) -> torch.Tensor | None:
+    """(rows, T) real-token mask of a tensor whose rows are the batch's examples or one of the layout's row
+    sets; None when the row count matches none of them."""
+    for row_example in row_examples:
+        if rows == row_example.shape[0]:
+            return attention_mask[row_example]
+    return attention_mask if rows == attention_mask.shape[0] else None
 
 
 def _attention_inputs(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
