@@ -218,6 +218,10 @@ def inspect_model(saved: SavedModel, batches: list[Batch]) -> tuple[dict[str, An
         "gates": {"verdicts": verdicts, "utilisation": experts, "notes": tracker.notes()},
         "padding": {"max_relative_change": leaks, "tolerance": checks.PADDING_TOLERANCE},
     }
+    if probes.unmapped:
+        findings.append(
+            Finding("info", "unmapped_rows", f"{probes.unmapped} hooked output(s) had rows not matched to examples")
+        )
     return sections, findings
 
 
