@@ -1,6 +1,9 @@
 """Saved models: a folder with the resolved config, ``model.safetensors``, the tokenizer and the label sets.
 
-    RUN/best/  config.yaml  model.safetensors  tokenizer.json  labels.json  [info.json]
+    RUN/best/  config.yaml  model.safetensors  tokenizer.json  labels.json  README.md  [info.json]
+    (a pretrained trunk adds trunk.json, its identity, and trunk/, its config and with model.trunk.save=full weights)
+
+README.md is the model card (model_card.py): base model, tasks and labels, data, metrics, intended use and limits.
 
 Writing goes to a temporary folder renamed into place, so a crash never leaves a half-written model. Loading
 reads YAML (safe loader), JSON and safetensors only: nothing is unpickled. Every way a folder can be incomplete
@@ -27,6 +30,7 @@ from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_json, atomic_write_text, replace_dir, temporary_sibling
 from mtl_decoder.model import MultiTaskModel, build_model
+from mtl_decoder.model_card import MODEL_CARD_FILE, model_card
 from mtl_decoder.runtime import default_device
 
 CONFIG_FILE = "config.yaml"
@@ -74,6 +78,10 @@ def save_model(
         atomic_write_json(tmp / LABELS_FILE, label_sets)
         if extra:
             atomic_write_json(tmp / INFO_FILE, extra)
+        card = model_card(
+            config, label_sets, identity.to_dict() if identity is not None else None, extra, model.num_parameters(True)
+        )
+        atomic_write_text(tmp / MODEL_CARD_FILE, card)
         replace_dir(tmp, directory)
     finally:
         if tmp.exists():

@@ -415,7 +415,11 @@ class Trainer:
         if improved:
             st.best_score, st.best_step, st.best_metrics, st.bad_validations = score, st.step, metrics, 0
             if acc.is_main_process:
-                info = {"step": st.step, "score": score, "validation": metrics}
+                train_data = [
+                    {"tasks": [t.name for t in src.tasks], "source": src.key, "examples": len(src.examples)}
+                    for src in self.data.train_sources
+                ]  # for the model card
+                info = {"step": st.step, "score": score, "validation": metrics, "data": {"train": train_data}}
                 model = acc.unwrap_model(self.model)
                 save_model(self.run.best, model, self.data.encoder, self.cfg, self.data.label_sets, extra=info)
         else:
