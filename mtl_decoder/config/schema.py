@@ -131,6 +131,9 @@ class ModelConfig:
     """Width of the hashed-feature embedding (projected to d_model)."""
     tagging_decoder: str = "softmax"
     """How tag sequences are decoded: 'softmax' (per token) or 'crf' (linear-chain CRF, Viterbi)."""
+    word_token: str = "first"
+    """Which sub-word of a word carries its tag and is read for it: 'first', 'last', or 'auto' (the last with causal
+    attention, where only a word's last sub-word has seen the whole word; the first otherwise)."""
     trunk: TrunkConfig = field(default_factory=TrunkConfig)
     """A pretrained trunk; with one, d_model/n_heads/norm describe only the native layers of mode 'frozen', and the
     tokenizer and maximum length come from the checkpoint."""
@@ -144,6 +147,7 @@ class ModelConfig:
         _choice("norm", self.norm, ("rmsnorm", "layernorm"))
         _choice("ffn", self.ffn, tuple(VARIANTS))
         _choice("tagging_decoder", self.tagging_decoder, ("softmax", "crf"))
+        _choice("word_token", self.word_token, ("first", "last", "auto"))
         _choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         _choice("position_embedding_where", self.position_embedding_where, ("input", "every_layer"))
         _positive("position_max_length", self.position_max_length)
@@ -166,6 +170,13 @@ class ModelConfig:
         if self.word_hash_buckets == 1:
             raise ConfigError("word_hash_buckets", "must be 0 (off) or at least 2")
         _positive("word_hash_dim", self.word_hash_dim)
+
+    @property
+    def word_token_position(self) -> str:
+        """'first' or 'last': ``word_token`` with 'auto' resolved by the attention mode."""
+        if self.word_token == "auto":
+            return "last" if self.attention == "causal" else "first"
+        return self.word_token
 
     @property
     def variant(self) -> Variant:

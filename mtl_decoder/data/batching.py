@@ -30,13 +30,21 @@ class EncodedExample:
 
 
 def encode_example(
-    ex: Example, encoder: TextEncoder, label_ids: dict[str, dict[str, int]], kinds: dict[str, str]
+    ex: Example,
+    encoder: TextEncoder,
+    label_ids: dict[str, dict[str, int]],
+    kinds: dict[str, str],
+    word_token: str = "first",
 ) -> EncodedExample:
+    """``word_token``: which sub-word of a word carries its tag (model.word_token)."""
     enc = encoder.encode_words(ex.words) if ex.words is not None else encoder.encode_text(ex.text)
     labels: dict[str, list[int] | int] = {}
     for task, value in ex.labels.items():
         ids = label_ids[task]
-        labels[task] = word_labels(enc, [ids[t] for t in value]) if kinds[task] == TAGGING else ids[value]
+        if kinds[task] == TAGGING:
+            labels[task] = word_labels(enc, [ids[t] for t in value], word_token)
+        else:
+            labels[task] = ids[value]
     return EncodedExample(enc.ids, enc.word_index, enc.words, labels, len(enc.words) - enc.kept_words)
 
 

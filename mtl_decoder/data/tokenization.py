@@ -232,10 +232,14 @@ def _word_of(start: int, end: int, word_ends: list[int], n_words: int) -> int:
     return min(word, n_words - 1)
 
 
-def word_labels(encoded: Encoded, word_tags: list[int]) -> list[int]:
-    """Label ids on the first sub-word of each word, -100 on the rest and on special tokens."""
-    labels, prev = [], -1
-    for w in encoded.word_index:
-        labels.append(word_tags[w] if w >= 0 and w != prev else -100)
-        prev = w
-    return labels
+WORD_TOKENS = ("first", "last")
+
+
+def word_labels(encoded: Encoded, word_tags: list[int], word_token: str = "first") -> list[int]:
+    """Label ids on the first (or last) sub-word of each word, -100 on the rest and on special tokens."""
+    index = encoded.word_index
+    if word_token == "last":
+        nxt = [*index[1:], -1]
+        return [word_tags[w] if w >= 0 and w != n else -100 for w, n in zip(index, nxt, strict=True)]
+    prev = [-1, *index[:-1]]
+    return [word_tags[w] if w >= 0 and w != p else -100 for w, p in zip(index, prev, strict=True)]

@@ -101,7 +101,7 @@ def overfit(
     chosen, encoder, label_sets = one_batch(cfg, examples)
     kinds = {name: t.kind for name, t in cfg.tasks.items()}
     label_ids = {t: {lab: i for i, lab in enumerate(labs)} for t, labs in label_sets.items()}
-    rows = [encode_example(ex, encoder, label_ids, kinds) for ex in chosen]
+    rows = [encode_example(ex, encoder, label_ids, kinds, cfg.model.word_token_position) for ex in chosen]
     batch = {k: _to(v, device) for k, v in collator_for(cfg.model, encoder.pad_id, kinds)(rows).items()}
     model = build_model(cfg, label_sets, encoder).to(device)
 

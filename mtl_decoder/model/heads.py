@@ -169,7 +169,9 @@ class MultiTaskModel(nn.Module):
         if not keep.any():
             return None
         if name in self.crfs:
-            emissions, tags, mask = word_level(logits[keep], word_index[examples][keep], labels[keep])
+            emissions, tags, mask = word_level(
+                logits[keep], word_index[examples][keep], labels[keep], self.cfg.word_token_position
+            )
             return self.crfs[name].nll(emissions, tags, mask).mean()
         if labels.dim() == 1:  # classification: one label per example
             return F.cross_entropy(logits[keep].float(), labels[keep])
@@ -183,7 +185,7 @@ class MultiTaskModel(nn.Module):
     @torch.no_grad()
     def decode_tags(self, name: str, logits: torch.Tensor, word_index: torch.Tensor) -> list[list[int]]:
         """Word-level tag ids for each row of a tagging task's logits (first sub-word of every word)."""
-        emissions, _, mask = word_level(logits, word_index)
+        emissions, _, mask = word_level(logits, word_index, position=self.cfg.word_token_position)
         if name in self.crfs:
             return self.crfs[name].decode(emissions, mask)
         best = emissions.argmax(-1)
@@ -199,16 +201,21 @@ def _has_label(labels: torch.Tensor) -> torch.Tensor:
 
 
 def word_level(
-    logits: torch.Tensor, word_index: torch.Tensor, labels: torch.Tensor | None = None
+    logits: torch.Tensor, word_index: torch.Tensor, labels: torch.Tensor | None = None, position: str = "first"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gather first-sub-word logits into word order: (n, W, L) emissions, (n, W) tags, (n, W) prefix mask.
+    """Gather each word's first (or last) sub-word logits into word order: (n, W, L) emissions, (n, W) tags,
+    (n, W) prefix mask.
 
     word_index (n, T) gives each sub-word's word (-1 for special tokens and padding); words cut by truncation
     are absent, so the present words of a row are always a prefix 0..W_i-1.
     """
     n, _T, L = logits.shape
-    prev = torch.cat([torch.full_like(word_index[:, :1], -1), word_index[:, :-1]], dim=1)
-    first = (word_index >= 0) & (word_index != prev)  # (n, T)
+    if position == "last":
+        after = torch.cat([word_index[:, 1:], torch.full_like(word_index[:, :1], -1)], dim=1)
+        first = (word_index >= 0) & (word_index != after)  # (n, T): the word's last sub-word
+    else:
+        prev = torch.cat([torch.full_like(word_index[:, :1], -1), word_index[:, :-1]], dim=1)
+        first = (word_index >= 0) & (word_index != prev)  # (n, T)
     W = int(word_index.max().item()) + 1 if first.any() else 1
     rows, cols = first.nonzero(as_tuple=True)
     words = word_index[rows, cols]

@@ -167,7 +167,7 @@ class Trainer:
                 self.run.write_labels(label_sets)
                 self.run.write_config(cfg.to_yaml())
         kinds = {name: t.kind for name, t in cfg.tasks.items()}
-        encoded, report = encode_sources(train, encoder, label_sets, kinds)
+        encoded, report = encode_sources(train, encoder, label_sets, kinds, cfg.model.word_token_position)
         return RunData(train, validation, label_sets, encoder, MultiTaskDataset(encoded), report)
 
     def _setup_model(self) -> None:

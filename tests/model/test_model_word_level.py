@@ -115,3 +115,22 @@ def test_word_features_backward_is_deterministic():
     finally:
         torch.set_num_threads(threads)
     assert all(torch.equal(a, b) for other in grads[1:] for a, b in zip(grads[0], other, strict=True))
+
+
+def test_last_word_token_reads_and_labels_each_words_last_sub_word():
+    """model.word_token=last: a word's tag sits on, and is read from, its last sub-word (causal trunks: the only
+    one that has seen the whole word); 'auto' picks it under causal attention."""
+    from mtl_decoder.config import ModelConfig
+    from mtl_decoder.data.tokenization import Encoded, word_labels
+
+    word_index = torch.tensor([[-1, 0, 0, 1, 2, 2, 2, -1]])
+    logits = torch.arange(8.0).view(1, 8, 1).expand(1, 8, 2).clone()
+    first, _, _ = word_level(logits, word_index)
+    last, _, mask = word_level(logits, word_index, position="last")
+    assert first[0, :, 0].tolist() == [1.0, 3.0, 4.0] and last[0, :, 0].tolist() == [2.0, 3.0, 6.0]
+    assert mask.all()
+    encoded = Encoded(list(range(8)), word_index[0].tolist(), ["a", "b", "c"], None, 3)
+    assert word_labels(encoded, [7, 8, 9], "last") == [-100, -100, 7, 8, -100, -100, 9, -100]
+    assert word_labels(encoded, [7, 8, 9]) == [-100, 7, -100, 8, 9, -100, -100, -100]
+    assert ModelConfig(word_token="auto", attention="causal").word_token_position == "last"
+    assert ModelConfig(word_token="auto", attention="bidirectional").word_token_position == "first"
