@@ -51,9 +51,17 @@ def run_evaluate(args: argparse.Namespace) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> None:
-    """predict_file with the command's flags, then the summary."""
+    """predict_file with the command's flags, then the summary; with --stream, stream_file (summary on stderr)."""
     from mtl_decoder.prediction import predict_file
 
+    if args.stream:
+        from mtl_decoder.inference.streaming import stream_file
+
+        stats = stream_file(
+            args.model, args.input, args.output, args.tasks, args.lookahead, args.context, force=args.force
+        )
+        print(stats.report(), file=sys.stderr)
+        return
     summary = predict_file(
         args.model,
         args.input,
@@ -128,8 +136,12 @@ def add_predict(sub) -> None:
 
     p = sub.add_parser("predict", help="batch prediction on files", description="Predict on a file, streaming.")
     p.add_argument("--model", required=True, help="model directory (RUN/best)")
-    p.add_argument("--input", required=True, help="input file: " + " ".join(f".{f}" for f in PREDICTION_FORMATS))
-    p.add_argument("--output", required=True, help="output .jsonl")
+    p.add_argument(
+        "--input",
+        required=True,
+        help="input file: " + " ".join(f".{f}" for f in PREDICTION_FORMATS) + " (with --stream: any text, - for stdin)",
+    )
+    p.add_argument("--output", required=True, help="output .jsonl (with --stream: - for stdout)")
     p.add_argument("--format", choices=list(PREDICTION_FORMATS), help="input format (default: from the suffix)")
     p.add_argument("--text-column", default="text", help="text column of .csv/.tsv input (default: text)")
     p.add_argument("--tasks", help="comma-separated task names (default: all)")
@@ -147,6 +159,24 @@ def add_predict(sub) -> None:
         type=int,
         help="threads running batches side by side, each with its share of torch's threads (default: 2 where "
         "torch has 2 or more threads or a GPU is used, else 1)",
+    )
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="causal models: the input is one continuous text, read as it arrives (stdin line by line); one JSON "
+        "line per word (word, start, end, tags) as soon as its tags are final, through a KV cache",
+    )
+    p.add_argument(
+        "--lookahead",
+        type=int,
+        default=2,
+        help="--stream with a CRF: emit a word once N more words have arrived, from the Viterbi path of the words "
+        "not yet emitted (0: at once; larger: closer to whole-text Viterbi, later); default 2",
+    )
+    p.add_argument(
+        "--context",
+        type=int,
+        help="--stream past data.max_length: restart from the last N tokens (default: half the maximum length)",
     )
     p.set_defaults(func=run_predict)
 

@@ -1,0 +1,481 @@
+"""Streaming tagging with a KV cache: one continuous text arriving in chunks, tagged word by word.
+
+A causal model's state at a token depends only on the tokens before it, so a stream can be tagged as it arrives:
+each layer keeps the keys and values of the tokens seen so far (``mtl_decoder.model.layers.DecoderCache``, allocated
+once with room for ``data.max_length`` tokens and filled in place), and only new tokens run through the layers.
+
+When a word's tags are final:
+
+- the tokenizer must have *closed* the word first: a word is closed once the text after it holds a space or the
+  start of another word (``New`` is not closed until the space after it arrives, since ``Newcastle`` may follow);
+  a closed word's tokens and word features (character CNN, shape, hashed features) never change;
+- softmax tagging: a closed word's tag is read at its first sub-word, and later tokens cannot change it (causal
+  attention), so it is emitted at once, and equals what ``predict`` gives for the whole text as one record as long
+  as the text fits in ``data.max_length`` tokens;
+- CRF tagging: the best path through a word can change with every later word. With ``lookahead`` N a word is
+  emitted once N more words have arrived, with the tag of the Viterbi path over the words not yet emitted, started
+  from the tag last emitted (so the emitted sequence is always valid IOB2). N = 0 emits every word at once (the
+  best path ending at it); a larger N approaches full-sentence Viterbi (equal to ``predict`` once N reaches the
+  number of words), at the cost of N words of delay. At the end of the stream every word left is emitted.
+
+Past the maximum length (the sliding-window policy): when the next word no longer fits in the cache, the stream
+starts over from the last ``context`` tokens (whole words, default half of the room): the cache is rewound in place,
+the special prefix ([CLS]) and those tokens run through the layers again at positions 1, 2, ..., and the stream
+continues after them. Words after a restart see at least ``context`` tokens of left context and at most
+``data.max_length - 1``; a restart costs one pass over ``context`` tokens every ``max_length - 1 - context`` tokens
+(about twice the per-token work at the default), and the cache never grows.
+
+Pretrained trunks (``model.trunk``) are not supported here: a clear error.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter
+from typing import IO, Any
+
+import torch
+
+from mtl_decoder.config import TAGGING, parse_task_names
+from mtl_decoder.data.batching import EncodedExample, collator_for
+from mtl_decoder.errors import UserError
+from mtl_decoder.files import AtomicFile, check_writable_parent, terminate_unwinds
+from mtl_decoder.model import MTLDecoder
+from mtl_decoder.saved import SavedModel, load_model
+
+READ_CHUNK = 1 << 16
+"""Characters a file is read in at a time (stdin is read line by line, so each line is tagged as it arrives)."""
+
+
+@dataclass
+class StreamedWord:
+    word: str
+    start: int
+    """Character offset of the word in the whole stream."""
+    end: int
+    tags: dict[str, str] = field(default_factory=dict)
+    """Tagging task -> the word's tag."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"word": self.word, "start": self.start, "end": self.end, "tags": dict(self.tags)}
+
+
+@dataclass
+class _Word:
+    """A closed word on its way through the model."""
+
+    text: str
+    start: int
+    end: int
+    ids: list[int]
+    """Its tokens (byte-level tokenizers: with the space-only tokens just before it)."""
+    first: int
+    """Index in ``ids`` of its first sub-word (where its tags are read)."""
+    number: int = -1
+    emissions: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class StreamStats:
+    words: int = 0
+    tokens: int = 0
+    characters: int = 0
+    restarts: int = 0
+    """Times the stream reached the maximum length and started over from its last ``context`` tokens."""
+    seconds: float = 0.0
+
+    def report(self) -> str:
+        rate = self.words / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"streamed {self.characters:,} characters: {self.words:,} words, {self.tokens:,} tokens, "
+            f"{self.restarts:,} restarts at the maximum length; {self.seconds:.1f} s, {rate:,.0f} words/s"
+        )
+
+
+class _Segmenter:
+    """Cuts a growing text into closed words with their tokens, as the tokenizer cuts the whole text."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.pending = ""
+        self.base = 0
+        """Offset of ``pending`` in the stream."""
+
+    def feed(self, chunk: str, final: bool = False) -> list[_Word]:
+        self.pending += chunk
+        text = self.pending
+        if not text:
+            return []
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        words, token_word = _words_of(text, enc)
+        # closed: every word but the last, and the last once something (a space) follows it
+        closed = len(words) if final or (words and words[-1][1] < len(text)) else max(0, len(words) - 1)
+        owner = _owners(token_word, len(words))
+        out: list[_Word] = []
+        token = 0
+        for w in range(closed):
+            start, end = words[w]
+            ids: list[int] = []
+            first = -1
+            while token < len(enc.ids) and owner[token] == w:
+                if token_word[token] == w and first < 0:
+                    first = len(ids)
+                ids.append(enc.ids[token])
+                token += 1
+            out.append(_Word(text[start:end], self.base + start, self.base + end, ids, max(first, 0)))
+        cut = len(text) if final else (words[closed - 1][1] if closed else 0)
+        self.pending = text[cut:]
+        self.base += cut
+        return out
+
+
+def _words_of(text: str, enc) -> tuple[list[tuple[int, int]], list[int]]:
+    """Words of a text as ``TextEncoder.encode_text`` finds them (spans, and each token's word, -1 for a space-only
+    token), from a tokenizer encoding without special tokens."""
+    spans: list[tuple[int, int]] = []
+    number: dict[int, int] = {}
+    token_word: list[int] = []
+    for word, (start, end) in zip(enc.word_ids, enc.offsets, strict=True):
+        if word is None or (word not in number and not text[start:end].strip()):
+            token_word.append(-1)
+            continue
+        if word not in number:
+            number[word] = len(spans)
+            spans.append((start, end))
+        else:
+            i = number[word]
+            spans[i] = (min(spans[i][0], start), max(spans[i][1], end))
+        token_word.append(number[word])
+    for i, (start, end) in enumerate(spans):  # as encode_text: merged characters, byte-level leading spaces
+        limit = spans[i + 1][0] if i + 1 < len(spans) else len(text)
+        while end < limit and not text[end].isspace():
+            end += 1
+        while start < end - 1 and text[start].isspace():
+            start += 1
+        spans[i] = (start, end)
+    return spans, token_word
+
+
+def _owners(token_word: list[int], n_words: int) -> list[int]:
+    """The word each token is committed with: its own, or for a space-only token the word after it (byte-level
+    BPE cuts the spaces before a word differently while the text still ends in them); ``n_words`` for spaces after
+    the last word."""
+    owner, following = [0] * len(token_word), n_words
+    for t in range(len(token_word) - 1, -1, -1):
+        if token_word[t] >= 0:
+            following = token_word[t]
+        owner[t] = following
+    return owner
+
+
+class StreamTagger:
+    """Tags one continuous text, chunk by chunk: ``feed(chunk)`` and ``finish()`` return the words whose tags became
+    final, in order (see the module doc for when that is)."""
+
+    def __init__(
+        self,
+        saved: SavedModel,
+        tasks: str | list[str] | None = None,
+        lookahead: int = 2,
+        context: int | None = None,
+    ):
+        model = saved.model
+        if not isinstance(model, MTLDecoder) or model.cfg.trunk.enabled:
+            raise UserError(
+                f"{saved.directory}: streaming supports the native trunk only; this model has a pretrained trunk "
+                f"(model.trunk.pretrained={model.cfg.trunk.pretrained})"
+            )
+        if model.cfg.attention != "causal":
+            raise UserError(
+                f"{saved.directory}: --stream needs a causal model (model.attention=causal); this one is "
+                "bidirectional, so every later word changes every earlier word's state and nothing can be final "
+                "before the text ends: use predict without --stream"
+            )
+        kinds = {t.name: t.kind for t in model.tasks}
+        names = parse_task_names(tasks, list(kinds)) or [t for t in kinds if kinds[t] == TAGGING]
+        not_tagging = [t for t in names if kinds[t] != TAGGING]
+        if not_tagging:
+            raise UserError(
+                f"--stream tags words: task '{not_tagging[0]}' classifies whole texts "
+                "(choose tagging tasks with --tasks)"
+            )
+        if not names:
+            raise UserError(f"{saved.directory}: the model has no token tagging task to stream")
+        if lookahead < 0:
+            raise UserError(f"lookahead must be 0 or more words, got {lookahead}")
+        self.saved, self.model, self.tasks = saved, model, names
+        self.labels = {t: saved.label_sets[t] for t in names}
+        self.crf_tasks = [t for t in names if t in model.crfs]
+        self.lookahead = lookahead if self.crf_tasks else 0
+        encoder = saved.encoder
+        probe = encoder.tokenizer.encode("a")
+        lead = 0
+        while lead < len(probe.ids) and probe.special_tokens_mask[lead]:
+            lead += 1
+        self.prefix = list(probe.ids[:lead])
+        # the special tokens after the text ([SEP]) never run (nothing before them can see them), but their room is
+        # kept as predict keeps it: a window of the stream always fits predict's data.max_length as one record
+        self.capacity = encoder.max_length - (encoder.n_special - lead)
+        room = self.capacity - len(self.prefix)
+        if room < 2:
+            raise UserError(f"data.max_length {encoder.max_length} leaves no room to stream")
+        self.context = room // 2 if context is None else context
+        if not 0 <= self.context < room:
+            raise UserError(
+                f"context must lie in [0, {room - 1}] tokens (data.max_length - special tokens), got {context}"
+            )
+        self.segmenter = _Segmenter(encoder.tokenizer)
+        self.collate = collator_for(model.cfg, encoder.pad_id, {})
+        self.device = next(model.parameters()).device
+        self.cache = model.new_cache(1, self.capacity, names)
+        self.history: list[tuple[int, _Word | None]] = []
+        """The tokens in the cache after the prefix: (id, the word it belongs to or None)."""
+        self.pending: list[_Word] = []
+        """Words run through the model whose tags are not yet final (CRF look-ahead)."""
+        self.last_tag: dict[str, int | None] = dict.fromkeys(self.crf_tasks)
+        self.words_seen = 0
+        self.restarts: list[tuple[int, int]] = []
+        """Per restart: (the first word of the kept context, the first word run after it)."""
+        self.stats = StreamStats()
+        self._started = False
+
+    # ------------------------------------------------------------------------------------------ the stream
+
+    def feed(self, chunk: str) -> list[StreamedWord]:
+        """Add text; the words whose tags are now final."""
+        self.stats.characters += len(chunk)
+        return self._tag(self.segmenter.feed(chunk))
+
+    def finish(self) -> list[StreamedWord]:
+        """The end of the text: every word left."""
+        out = self._tag(self.segmenter.feed("", final=True))
+        return out + self._emit(final=True)
+
+    def _tag(self, words: list[_Word]) -> list[StreamedWord]:
+        if not words:
+            return []
+        for w in words:
+            w.number = self.words_seen
+            self.words_seen += 1
+        self._run_words(words)
+        return self._emit(final=False)
+
+    @torch.inference_mode()
+    def _run_words(self, words: list[_Word]) -> None:
+        """Run the words' tokens through the model, whole words at a time, restarting from the context when the
+        next word does not fit."""
+        if not self._started:
+            self._run([(i, None) for i in self.prefix], [])
+            self._started = True
+        group: list[_Word] = []
+        used = 0
+        for w in words:
+            n = len(w.ids)
+            if used + n > self._free():
+                if group:
+                    self._run_group(group)
+                    group, used = [], 0
+                if n > self._free():
+                    self._restart(w)
+                if n > self._free():  # one word longer than the whole room: its first tokens carry its tags
+                    w.ids = w.ids[: self._free()]
+                    w.first = min(w.first, len(w.ids) - 1)
+            group.append(w)
+            used += len(w.ids)
+        if group:
+            self._run_group(group)
+
+    def _free(self) -> int:
+        return self.capacity - int(self.cache.lengths[0])
+
+    def _run_group(self, group: list[_Word]) -> None:
+        tokens = [(i, w) for w in group for i in w.ids]
+        self._run(tokens, group)
+        self.stats.tokens += len(tokens)
+        self.pending.extend(group)
+
+    def _restart(self, word: _Word) -> None:
+        """The sliding window: rewind the cache and run the prefix and the last ``context`` tokens (whole words)
+        again, leaving room for ``word``, which did not fit."""
+        self.stats.restarts += 1
+        room = self.capacity - len(self.prefix)
+        keep = min(self.context, max(0, room - len(word.ids)))
+        start = len(self.history) - keep
+        while 0 < start < len(self.history) and self.history[start][1] is self.history[start - 1][1]:
+            start += 1  # a whole word only: start where a word starts
+        kept = self.history[start:] if keep else []
+        self.restarts.append((kept[0][1].number if kept else word.number, word.number))
+        self.cache.reset()
+        self.history = []
+        self._run([(i, None) for i in self.prefix], [])
+        if kept:
+            self._run(kept, [])
+
+    def _run(self, tokens: list[tuple[int, _Word | None]], emit_for: list[_Word]) -> None:
+        """One step: ``tokens`` (id, word) through the layers; the tagging emissions of ``emit_for``'s words."""
+        ids = [i for i, _ in tokens]
+        words = [w for _, w in tokens]
+        slot: dict[int, int] = {}
+        local = []
+        for w in words:
+            local.append(-1 if w is None else slot.setdefault(id(w), len(slot)))
+        distinct = {slot[id(w)]: w.text for w in words if w is not None}
+        example = EncodedExample(ids, local, [distinct[k] for k in range(len(distinct))])
+        batch = self.collate([example])
+        features = {k: v.to(self.device) for k, v in batch.items() if k not in ("input_ids", "attention_mask")}
+        input_ids = batch["input_ids"].to(self.device)
+        mask = batch["attention_mask"].to(self.device)
+        layout = self.model.route_layout(mask, self.tasks, None)
+        h, _ = self.model.encode_step(input_ids, mask, layout, features, self.cache)
+        self.history.extend((i, w) for i, w in tokens if w is not None)  # the prefix is not history
+        if not emit_for:
+            return
+        position = {}
+        offset = 0
+        for w in emit_for:
+            position[id(w)] = offset + w.first
+            offset += len(w.ids)
+        rows = torch.tensor([position[id(w)] for w in emit_for], device=self.device)
+        for task in self.tasks:
+            route_rows = layout.rows(self.model.head_route(task))
+            hidden = self.model.final_norm(h[route_rows][0, rows])  # (W, C): each word's first sub-word
+            logits = self.model.heads[task](hidden).float()
+            for w, row in zip(emit_for, logits, strict=True):
+                w.emissions[task] = row
+
+    def _emit(self, final: bool) -> list[StreamedWord]:
+        """The pending words whose tags are final: all of them without CRF tasks (or at the end); with CRF tasks,
+        all but the last ``lookahead``."""
+        n = len(self.pending) if final else max(0, len(self.pending) - self.lookahead)
+        if n == 0:
+            return []
+        ready, self.pending = self.pending[:n], self.pending[n:]
+        window = ready + self.pending  # the Viterbi window: every word not yet emitted
+        out = [StreamedWord(w.text, w.start, w.end) for w in ready]
+        for task in self.tasks:
+            labels = self.labels[task]
+            if task in self.crf_tasks:
+                path = self._viterbi(task, torch.stack([w.emissions[task] for w in window]), final)
+                self.last_tag[task] = path[n - 1]
+                tags = path[:n]
+            else:
+                tags = [int(w.emissions[task].argmax()) for w in ready]
+            for word, tag in zip(out, tags, strict=True):
+                word.tags[task] = labels[tag]
+        self.stats.words += len(out)
+        return out
+
+    def _viterbi(self, task: str, emissions: torch.Tensor, final: bool) -> list[int]:
+        """The best path over ``emissions`` (W, L) that continues from the tag last emitted (the CRF's start scores
+        before the first word); the end scores only at the end of the stream."""
+        crf = self.model.crfs[task]
+        start, trans = crf._scores()
+        prev = self.last_tag[task]
+        score = (start if prev is None else trans[prev]) + emissions[0]
+        back = []
+        for w in range(1, len(emissions)):
+            best, idx = (score.unsqueeze(1) + trans).max(dim=0)
+            score = best + emissions[w]
+            back.append(idx)
+        if final:
+            score = score + crf.end
+        tag = int(score.argmax())
+        path = [tag]
+        for idx in reversed(back):
+            tag = int(idx[tag])
+            path.append(tag)
+        return path[::-1]
+
+
+def stream_tags(
+    model: SavedModel | str | Path,
+    chunks: Iterable[str],
+    tasks: str | list[str] | None = None,
+    lookahead: int = 2,
+    context: int | None = None,
+    device: str | torch.device | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Tag a text that arrives in ``chunks`` (strings, the pieces of one continuous text): yields one dict per word,
+    ``{"word", "start", "end", "tags": {task: tag}}``, as soon as its tags are final (see the module doc)."""
+    saved = model if isinstance(model, SavedModel) else load_model(model, device)
+    tagger = StreamTagger(saved, tasks, lookahead, context)
+    for chunk in chunks:
+        if not isinstance(chunk, str):
+            raise UserError(f"stream chunks must be strings, got {type(chunk).__name__}")
+        for word in tagger.feed(chunk):
+            yield word.to_dict()
+    for word in tagger.finish():
+        yield word.to_dict()
+
+
+def read_chunks(source: IO[str], lines: bool) -> Iterator[str]:
+    """A text stream's pieces: line by line (stdin: each line tagged as it arrives) or in READ_CHUNK pieces."""
+    while True:
+        chunk = source.readline() if lines else source.read(READ_CHUNK)
+        if not chunk:
+            return
+        yield chunk
+
+
+def stream_file(
+    model: SavedModel | str | Path,
+    input: str | Path,
+    output: str | Path,
+    tasks: str | list[str] | None = None,
+    lookahead: int = 2,
+    context: int | None = None,
+    force: bool = False,
+    device: str | torch.device | None = None,
+) -> StreamStats:
+    """``predict --stream``: the input ('-': stdin, read line by line) as one text, one JSON line per word to the
+    output ('-': stdout, flushed per line; a file is written under a temporary name and renamed at the end)."""
+    to_stdout, from_stdin = str(output) == "-", str(input) == "-"
+    if not from_stdin and not Path(input).is_file():
+        raise UserError(f"{input}: no such file" if not Path(input).exists() else f"{input}: is not a file")
+    if not to_stdout:
+        output = Path(output)
+        check_writable_parent(output, "--output")
+        if not from_stdin and output.resolve() == Path(input).resolve():
+            raise UserError(f"{output}: the output would overwrite the input; choose another --output")
+        if output.is_dir():
+            raise UserError(f"{output}: is a folder; choose another --output")
+        if output.exists() and not force:
+            raise UserError(f"{output}: already exists (use --force to overwrite)")
+    saved = model if isinstance(model, SavedModel) else load_model(model, device)
+    tagger = StreamTagger(saved, tasks, lookahead, context)
+    start = perf_counter()
+    with terminate_unwinds():
+        source = sys.stdin if from_stdin else open(input, encoding="utf-8", newline="")  # noqa: SIM115
+        try:
+            if to_stdout:
+                _pump(tagger, source, from_stdin, _StdoutSink())
+            else:
+                with AtomicFile(output) as sink:
+                    _pump(tagger, source, from_stdin, sink)
+                    sink.commit()
+        except UnicodeDecodeError as err:
+            raise UserError(f"{input}: not UTF-8 text ({err.reason} near byte {err.start} of a read)") from None
+        finally:
+            if not from_stdin:
+                source.close()
+    tagger.stats.seconds = perf_counter() - start
+    return tagger.stats
+
+
+class _StdoutSink:
+    def write_json(self, record: dict[str, Any]) -> None:
+        import json
+
+        sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+
+
+def _pump(tagger: StreamTagger, source: IO[str], lines: bool, sink) -> None:
+    for chunk in read_chunks(source, lines):
+        for word in tagger.feed(chunk):
+            sink.write_json(word.to_dict())
+    for word in tagger.finish():
+        sink.write_json(word.to_dict())
