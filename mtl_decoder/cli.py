@@ -6,6 +6,7 @@
     mtl-decoder debug-data --config C [--json] [key=value ...]         (exit 1 when the data has errors)
     mtl-decoder diagnose (--model RUN/best | --checkpoints RUN) [--data TASK=PATH ...] [--output DIR]
     mtl-decoder overfit  --config C [--steps N] [--threshold X]        (exit 1 unless one batch is fit and saved)
+    mtl-decoder export   --model RUN/best --trunk --output DIR [--expert shared/0] [--force]
 
 User errors (bad config, bad data, missing files) print one line and exit with status 2, no traceback; so does a
 predict run in which every record failed (after its summary). SIGTERM during predict exits with 143.
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_debug_data(sub)
     add_diagnose(sub)
     add_overfit(sub)
+    add_export(sub)
     return parser
 
 
@@ -302,6 +304,32 @@ def add_overfit(sub) -> None:
     p.add_argument("--lr", type=float, default=defaults.OVERFIT_LR, help="constant learning rate (default %(default)s)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. model.d_model=64")
     p.set_defaults(func=run_overfit)
+
+
+def run_export(args: argparse.Namespace) -> None:
+    from mtl_decoder.export import export_trunk
+
+    if not args.trunk:
+        raise UserError("export: say what to export: --trunk (a pretrained trunk as a Hugging Face checkpoint)")
+    print(export_trunk(args.model, args.output, expert=args.expert, force=args.force).report())
+
+
+def add_export(sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write a pretrained trunk as a Hugging Face checkpoint",
+        description="Write the (fine-tuned) pretrained trunk of a saved model as a standard checkpoint that "
+        "transformers' AutoModelForCausalLM.from_pretrained loads: each block gets the MLP of one expert.",
+    )
+    p.add_argument("--model", required=True, help="model directory (RUN/best) with a pretrained trunk")
+    p.add_argument("--trunk", action="store_true", help="export the trunk (the only kind of export)")
+    p.add_argument("--output", required=True, help="output folder")
+    p.add_argument(
+        "--expert",
+        help="the expert whose MLP every block gets: shared/I or TASK/I (default shared/0; modes upcycle and lora)",
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing output folder")
+    p.set_defaults(func=run_export)
 
 
 def main(argv: list[str] | None = None, run: Callable | None = None) -> int:

@@ -73,20 +73,23 @@ def _split_source(source: str) -> tuple[str, str | None]:
     return (str(path) if path.exists() else source), None
 
 
-def load_base(trunk: TrunkConfig) -> tuple[nn.Module, BaseIdentity]:
-    """The base model (no LM head) with its first ``trunk.layers`` blocks, in eval mode, and its identity."""
+def load_causal_lm(source: str, revision: str | None, dtype: str) -> nn.Module:
+    """The whole causal LM (LM head included) from a hub id, a folder or a .gguf file; a UserError if it cannot."""
     from transformers import AutoModelForCausalLM
 
-    where, gguf = _split_source(trunk.pretrained)
-    kwargs: dict[str, Any] = {"dtype": DTYPES[trunk.dtype], "revision": trunk.revision}
+    where, gguf = _split_source(source)
+    kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision}
     if gguf is not None:
         kwargs["gguf_file"] = gguf
     try:
-        lm = AutoModelForCausalLM.from_pretrained(where, attn_implementation="sdpa", **kwargs)
+        return AutoModelForCausalLM.from_pretrained(where, attn_implementation="sdpa", **kwargs)
     except (OSError, ValueError, KeyError) as err:
-        raise UserError(
-            f"model.trunk.pretrained: cannot load '{trunk.pretrained}' ({str(err).splitlines()[0]})"
-        ) from None
+        raise UserError(f"model.trunk.pretrained: cannot load '{source}' ({str(err).splitlines()[0]})") from None
+
+
+def load_base(trunk: TrunkConfig) -> tuple[nn.Module, BaseIdentity]:
+    """The base model (no LM head) with its first ``trunk.layers`` blocks, in eval mode, and its identity."""
+    lm = load_causal_lm(str(trunk.pretrained), trunk.revision, trunk.dtype)
     base = lm.base_model
     kept = keep_first_layers(base, trunk.layers)
     base.eval()
