@@ -3,6 +3,8 @@
     mtl-decoder train    --config C [--output-dir DIR] [--resume | --overwrite] [key=value ...]
     mtl-decoder evaluate --model RUN/best [--split test] [--tasks a,b] [--data TASK=PATH ...] [--output DIR]
     mtl-decoder predict  --model RUN/best --input FILE --output OUT.jsonl [--tasks a,b] [--on-error skip] [--force]
+                         [--gate-table TABLE] | --stream --input FILE_OR_- --output FILE_OR_- [--lookahead N]
+    mtl-decoder build-gate-table --model RUN/best --input FILE --output TABLE [--buckets N] [--threshold T]
     mtl-decoder debug-data --config C [--json] [key=value ...]         (exit 1 when the data has errors)
     mtl-decoder diagnose (--model RUN/best | --checkpoints RUN) [--data TASK=PATH ...] [--output DIR]
     mtl-decoder overfit  --config C [--steps N] [--threshold X]        (exit 1 unless one batch is fit and saved)
@@ -59,7 +61,14 @@ def run_predict(args: argparse.Namespace) -> None:
         from mtl_decoder.inference.streaming import stream_file
 
         stats = stream_file(
-            args.model, args.input, args.output, args.tasks, args.lookahead, args.context, force=args.force
+            args.model,
+            args.input,
+            args.output,
+            args.tasks,
+            args.lookahead,
+            args.context,
+            force=args.force,
+            gate_table=args.gate_table,
         )
         print(stats.report(), file=sys.stderr)
         return
@@ -75,6 +84,7 @@ def run_predict(args: argparse.Namespace) -> None:
         force=args.force,
         precision=args.precision,
         workers=args.workers,
+        gate_table=args.gate_table,
     )
     print(summary.report())
     if summary.all_failed:  # a run that predicted nothing is a failed run, even in skip mode
@@ -89,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train(sub)
     add_evaluate(sub)
     add_predict(sub)
+    add_build_gate_table(sub)
     add_debug_data(sub)
     add_diagnose(sub)
     add_overfit(sub)
@@ -180,7 +191,84 @@ def add_predict(sub) -> None:
         type=int,
         help="--stream past data.max_length: restart from the last N tokens (default: half the maximum length)",
     )
+    p.add_argument(
+        "--gate-table",
+        metavar="TABLE",
+        help="read gate weights from a table made by build-gate-table and skip the experts it leaves under its "
+        "threshold (opt-in; approximate: see the README for what it costs and saves)",
+    )
     p.set_defaults(func=run_predict)
+
+
+def run_build_gate_table(args: argparse.Namespace) -> None:
+    """Read the sample's records (a bad one stops with file:line), build the table, write it, say where."""
+    from mtl_decoder.errors import DataError
+    from mtl_decoder.inference.gate_table import build_gate_table, table_paths
+    from mtl_decoder.prediction.inputs import BadRecord, InputReader
+    from mtl_decoder.saved import load_model
+
+    reader = InputReader(args.input, args.format, args.text_column)
+    tensors, meta = table_paths(args.output)
+    for target in (tensors, meta):
+        if target.exists() and not args.force:
+            raise UserError(f"{target}: already exists (use --force to overwrite)")
+
+    def items():
+        for record in reader:
+            if isinstance(record, BadRecord):
+                raise DataError(reader.path, record.line, record.reason, record.field)
+            yield record.item
+
+    saved = load_model(args.model)
+    table = build_gate_table(
+        saved,
+        items(),
+        buckets=args.buckets,
+        threshold=args.threshold,
+        edge_margin=args.edge_margin,
+        batch_size=args.batch_size,
+        sample={"input": str(args.input)},
+    )
+    written = table.save(args.output)
+    print(
+        f"gate table of {len(table.entries)} gates, {table.buckets} buckets, from {table.sample['records']:,} "
+        f"records ({table.sample['tokens']:,} tokens); threshold {table.threshold}, edge margin {table.edge_margin}"
+    )
+    print(f"wrote {written[0]} and {written[1]}")
+
+
+def add_build_gate_table(sub) -> None:
+    from mtl_decoder.data.formats import PREDICTION_FORMATS
+    from mtl_decoder.inference.gate_table import DEFAULT_BUCKETS, DEFAULT_EDGE_MARGIN, DEFAULT_THRESHOLD
+
+    p = sub.add_parser(
+        "build-gate-table",
+        help="cache a model's gate weights by input norm (for predict --gate-table)",
+        description="Run a sample of inputs through a model; per layer and gate, bucket the tokens by the norm of "
+        "the gate's input and keep each bucket's mean gate weights. Writes TABLE.safetensors and TABLE.json.",
+    )
+    p.add_argument("--model", required=True, help="model directory (RUN/best)")
+    p.add_argument("--input", required=True, help="sample: " + " ".join(f".{f}" for f in PREDICTION_FORMATS))
+    p.add_argument("--output", required=True, metavar="TABLE", help="table path (TABLE.safetensors + TABLE.json)")
+    p.add_argument("--format", choices=list(PREDICTION_FORMATS), help="input format (default: from the suffix)")
+    p.add_argument("--text-column", default="text", help="text column of .csv/.tsv input (default: text)")
+    p.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS, help="norm buckets per gate (default %(default)s)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help="skip an expert whose cached weight is under this (default %(default)s)",
+    )
+    p.add_argument(
+        "--edge-margin",
+        type=float,
+        default=DEFAULT_EDGE_MARGIN,
+        help="run the real gate for a token this share of its bucket's width from an inner edge (default "
+        "%(default)s; 0.5: every token of the inner buckets)",
+    )
+    p.add_argument("--batch-size", type=int, help="examples per batch (default: the run's data.eval_batch_size)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing table")
+    p.set_defaults(func=run_build_gate_table)
 
 
 def add_precision_flag(p: argparse.ArgumentParser) -> None:

@@ -9,9 +9,9 @@ When a word's tags are final:
 - the tokenizer must have *closed* the word first: a word is closed once the text after it holds a space or the
   start of another word (``New`` is not closed until the space after it arrives, since ``Newcastle`` may follow);
   a closed word's tokens and word features (character CNN, shape, hashed features) never change;
-- softmax tagging: a closed word's tag is read at its first sub-word, and later tokens cannot change it (causal
-  attention), so it is emitted at once, and equals what ``predict`` gives for the whole text as one record as long
-  as the text fits in ``data.max_length`` tokens;
+- softmax tagging: a closed word's tag is read at its first (or, ``model.word_token``, last) sub-word, and later
+  tokens cannot change it (causal attention), so it is emitted at once, and equals what ``predict`` gives for the
+  whole text as one record as long as the text fits in ``data.max_length`` tokens;
 - CRF tagging: the best path through a word can change with every later word. With ``lookahead`` N a word is
   emitted once N more words have arrived, with the tag of the Viterbi path over the words not yet emitted, started
   from the tag last emitted (so the emitted sequence is always valid IOB2). N = 0 emits every word at once (the
@@ -73,7 +73,9 @@ class _Word:
     ids: list[int]
     """Its tokens (byte-level tokenizers: with the space-only tokens just before it)."""
     first: int
-    """Index in ``ids`` of its first sub-word (where its tags are read)."""
+    """Index in ``ids`` of its first sub-word."""
+    last: int
+    """Index in ``ids`` of its last sub-word (tags are read at one of them: ``model.word_token``)."""
     number: int = -1
     emissions: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -119,13 +121,14 @@ class _Segmenter:
         for w in range(closed):
             start, end = words[w]
             ids: list[int] = []
-            first = -1
+            first = last = -1
             while token < len(enc.ids) and owner[token] == w:
-                if token_word[token] == w and first < 0:
-                    first = len(ids)
+                if token_word[token] == w:
+                    first = len(ids) if first < 0 else first
+                    last = len(ids)
                 ids.append(enc.ids[token])
                 token += 1
-            out.append(_Word(text[start:end], self.base + start, self.base + end, ids, max(first, 0)))
+            out.append(_Word(text[start:end], self.base + start, self.base + end, ids, max(first, 0), max(last, 0)))
         cut = len(text) if final else (words[closed - 1][1] if closed else 0)
         self.pending = text[cut:]
         self.base += cut
@@ -282,7 +285,7 @@ class StreamTagger:
                     self._restart(w)
                 if n > self._free():  # one word longer than the whole room: its first tokens carry its tags
                     w.ids = w.ids[: self._free()]
-                    w.first = min(w.first, len(w.ids) - 1)
+                    w.first, w.last = min(w.first, len(w.ids) - 1), min(w.last, len(w.ids) - 1)
             group.append(w)
             used += len(w.ids)
         if group:
@@ -335,13 +338,14 @@ class StreamTagger:
             return
         position = {}
         offset = 0
+        read_last = self.model.cfg.word_token_position == "last"
         for w in emit_for:
-            position[id(w)] = offset + w.first
+            position[id(w)] = offset + (w.last if read_last else w.first)
             offset += len(w.ids)
         rows = torch.tensor([position[id(w)] for w in emit_for], device=self.device)
         for task in self.tasks:
             route_rows = layout.rows(self.model.head_route(task))
-            hidden = self.model.final_norm(h[route_rows][0, rows])  # (W, C): each word's first sub-word
+            hidden = self.model.final_norm(h[route_rows][0, rows])  # (W, C): the sub-word each word is read at
             logits = self.model.heads[task](hidden).float()
             for w, row in zip(emit_for, logits, strict=True):
                 w.emissions[task] = row
@@ -429,6 +433,7 @@ def stream_file(
     context: int | None = None,
     force: bool = False,
     device: str | torch.device | None = None,
+    gate_table: str | Path | None = None,
 ) -> StreamStats:
     """``predict --stream``: the input ('-': stdin, read line by line) as one text, one JSON line per word to the
     output ('-': stdout, flushed per line; a file is written under a temporary name and renamed at the end)."""
@@ -445,6 +450,10 @@ def stream_file(
         if output.exists() and not force:
             raise UserError(f"{output}: already exists (use --force to overwrite)")
     saved = model if isinstance(model, SavedModel) else load_model(model, device)
+    if gate_table is not None:
+        from mtl_decoder.inference.gate_table import apply_gate_table
+
+        apply_gate_table(saved, gate_table)
     tagger = StreamTagger(saved, tasks, lookahead, context)
     start = perf_counter()
     with terminate_unwinds():

@@ -116,12 +116,14 @@ def predict_texts(
     device: str | torch.device | None = None,
     precision: str = "fp32",
     workers: int | None = None,
+    gate_table: str | Path | None = None,
 ) -> Iterator[dict[str, Any]]:
     """For each raw text or token list, in order: task name -> prediction (as in the output files). The model
     and the tasks are checked at once; a bad item (empty, not text, tokens not strings) raises UserError naming
     its index when the stream reaches it. ``precision``: fp32, bf16 or fp16 (GPUs); ``workers``: threads running
-    batches side by side (see mtl_decoder.inference.Predictor)."""
-    saved = _load(model, device)
+    batches side by side (see mtl_decoder.inference.Predictor); ``gate_table``: a table from build-gate-table
+    (mtl_decoder.inference.gate_table; a SavedModel given here keeps using it)."""
+    saved = _with_gate_table(_load(model, device), gate_table)
     names = resolve_tasks(saved, tasks)
     predictor = Predictor.from_saved(saved, _check_batch_size(batch_size), precision, workers)
     return _predict_items(predictor, items, names)
@@ -170,12 +172,13 @@ def predict_file(
     device: str | torch.device | None = None,
     precision: str = "fp32",
     workers: int | None = None,
+    gate_table: str | Path | None = None,
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
-    ``progress``: a progress bar on stderr (None: only when stderr is a terminal); ``precision`` and ``workers``
-    as in predict_texts. The input, the output's folder and the model are checked before anything is predicted.
-    Called from the main thread, SIGTERM raises ``mtl_decoder.files.Terminated`` (the previous handler is back
-    when this returns)."""
+    ``progress``: a progress bar on stderr (None: only when stderr is a terminal); ``precision``, ``workers`` and
+    ``gate_table`` as in predict_texts. The input, the output's folder and the model are checked before anything
+    is predicted. Called from the main thread, SIGTERM raises ``mtl_decoder.files.Terminated`` (the previous
+    handler is back when this returns)."""
     with terminate_unwinds() as unwinder:
         if on_error not in ON_ERROR:
             raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
@@ -185,7 +188,7 @@ def predict_file(
         errors = errors_path(output)
         skip = on_error == "skip"
         check_targets(input, output, errors, skip, force)
-        saved = _load(model, device)
+        saved = _with_gate_table(_load(model, device), gate_table)
         names = resolve_tasks(saved, tasks)
         predictor = Predictor.from_saved(saved, batch_size, precision, workers)
         summary = PredictSummary(str(input), str(output), str(errors) if skip else None, precision=precision)
@@ -266,6 +269,15 @@ def _load(model: SavedModel | str | Path, device: str | torch.device | None) -> 
     if isinstance(model, SavedModel):
         return model
     return load_model(model, device)
+
+
+def _with_gate_table(saved: SavedModel, gate_table: str | Path | None) -> SavedModel:
+    """The model reading its gates from a gate table (opt-in; see mtl_decoder.inference.gate_table)."""
+    if gate_table is not None:
+        from mtl_decoder.inference.gate_table import apply_gate_table
+
+        apply_gate_table(saved, gate_table)
+    return saved
 
 
 def _check_batch_size(batch_size: int) -> int:

@@ -29,6 +29,13 @@ def softmax_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def last_token_model(tmp_path_factory):
+    """Tags read at each word's last sub-word (model.word_token auto under causal attention)."""
+    overrides = [*FEATURES, "data.max_length=128", "model.word_token=auto"]
+    return load_model(saved_model(tmp_path_factory.mktemp("last"), overrides, seed=2))
+
+
+@pytest.fixture(scope="module")
 def crf_model(tmp_path_factory):
     overrides = [*FEATURES, "data.max_length=128", "model.tagging_decoder=crf"]
     return load_model(saved_model(tmp_path_factory.mktemp("crf"), overrides, seed=3))
@@ -52,7 +59,10 @@ def _chunks(text: str, seed: int, largest: int = 7) -> list[str]:
 
 @pytest.mark.parametrize("text", TEXTS)
 @pytest.mark.parametrize("chunking", ["whole", "characters", "random"])
-def test_streamed_tags_equal_predict_for_the_same_text(softmax_model, text, chunking):
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_streamed_tags_equal_predict_for_the_same_text(softmax_model, last_token_model, text, chunking, which):
+    softmax_model = softmax_model if which == "first" else last_token_model
+    assert softmax_model.model.cfg.word_token_position == which
     chunks = {"whole": [text], "characters": list(text), "random": _chunks(text, seed=len(text))}[chunking]
     expected = next(predict_texts(softmax_model, [text], tasks="ner"))["ner"]
     assert expected["windows"] == 1, "the text must fit in data.max_length for the comparison"

@@ -1,0 +1,462 @@
+"""The gate table: an opt-in inference mode that reads cached gate weights instead of running the gates, and skips
+the experts those weights leave under a threshold.
+
+``build_gate_table`` runs a trained model over a sample of inputs and records, for every layer and gate, the norm
+of each token's gate input (the normed residual stream the gate reads) and the gate's weights. Tokens are put in
+``buckets`` buckets of equal count by that norm; each bucket keeps its mean weights. ``apply_gate_table`` then
+makes every expert block, per token:
+
+1. look its gate input's norm up in the buckets and take the bucket's mean weights, except near a bucket edge
+   (within ``edge_margin`` of the bucket's width from an inner edge) or outside the norms seen in the sample, where
+   the real gate runs;
+2. drop the experts whose weight is under ``threshold`` (the token's top expert always stays) and renormalise;
+3. run each expert only on the tokens that still read it.
+
+A gate is one small linear layer and a softmax over a handful of experts, so replacing it saves next to nothing:
+any saving comes from step 3. Whether it is worth it depends on how peaked the gates are; see benchmarks/gate_table.py
+and the README for what it gave here. It is off unless asked for (``predict --gate-table``).
+
+A table is two files: TABLE.safetensors (edges, means, counts and norm range of every gate) and TABLE.json (the
+settings, the expert names, the sample, and the SHA-256 of the model's weights it was built from, checked when it is
+applied). Neither is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from mtl_decoder.config import SHARED
+from mtl_decoder.errors import UserError
+from mtl_decoder.files import atomic_write_json, temporary_sibling
+from mtl_decoder.model import ExpertBlock, ExpertGroup, Gate, RouteLayout
+from mtl_decoder.saved import WEIGHTS_FILE, SavedModel
+
+FORMAT = 1
+KIND = "mtl-decoder gate table"
+DEFAULT_BUCKETS = 16
+DEFAULT_THRESHOLD = 0.1
+DEFAULT_EDGE_MARGIN = 0.1
+
+
+@dataclass
+class GateEntry:
+    """One gate of one layer: buckets of its input norm and each bucket's mean weights."""
+
+    edges: torch.Tensor
+    """(K-1,) inner bucket edges, ascending (bucket b holds norms in (edges[b-1], edges[b]])."""
+    low: float
+    """The smallest and largest norm seen in the sample: outside them the real gate runs."""
+    high: float
+    means: torch.Tensor
+    """(K, E) each bucket's mean gate weights."""
+    counts: torch.Tensor
+    """(K,) sample tokens per bucket."""
+    experts: list[str]
+
+
+@dataclass
+class GateStats:
+    """What a table did at inference (counted since ``apply_gate_table``)."""
+
+    tokens: int = 0
+    """Gate rows looked up (a token counts once per gate that reads it)."""
+    full_gates: int = 0
+    """Of those, rows whose real gate ran (near a bucket edge or outside the sample's norms)."""
+    expert_rows: int = 0
+    """(token, expert) evaluations the exact block would run."""
+    expert_rows_run: int = 0
+    """Of those, the ones run."""
+
+    @property
+    def skipped_share(self) -> float:
+        return 1 - self.expert_rows_run / self.expert_rows if self.expert_rows else 0.0
+
+    @property
+    def full_gate_share(self) -> float:
+        return self.full_gates / self.tokens if self.tokens else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "full_gates": self.full_gates,
+            "full_gate_share": self.full_gate_share,
+            "expert_rows": self.expert_rows,
+            "expert_rows_run": self.expert_rows_run,
+            "skipped_share": self.skipped_share,
+        }
+
+
+@dataclass
+class GateTable:
+    entries: dict[tuple[int, str], GateEntry]
+    buckets: int
+    threshold: float
+    edge_margin: float
+    weights_sha256: str | None = None
+    sample: dict[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------------------------------ files
+
+    def save(self, path: str | Path) -> tuple[Path, Path]:
+        tensors_path, meta_path = table_paths(path)
+        tensors: dict[str, torch.Tensor] = {}
+        gates = []
+        for (layer, gate), entry in sorted(self.entries.items()):
+            key = f"layer{layer}.{gate}"
+            tensors[f"{key}.edges"] = entry.edges.float().contiguous()
+            tensors[f"{key}.means"] = entry.means.float().contiguous()
+            tensors[f"{key}.counts"] = entry.counts.to(torch.int64).contiguous()
+            tensors[f"{key}.range"] = torch.tensor([entry.low, entry.high], dtype=torch.float32)
+            gates.append({"layer": layer, "gate": gate, "experts": entry.experts, "tokens": int(entry.counts.sum())})
+        tensors_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temporary_sibling(tensors_path)
+        try:
+            save_file(tensors, str(tmp), metadata={"format": str(FORMAT), "kind": KIND})
+            tmp.replace(tensors_path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        meta = {
+            "kind": KIND,
+            "format": FORMAT,
+            "buckets": self.buckets,
+            "threshold": self.threshold,
+            "edge_margin": self.edge_margin,
+            "weights_sha256": self.weights_sha256,
+            "sample": self.sample,
+            "gates": gates,
+        }
+        atomic_write_json(meta_path, meta)
+        return tensors_path, meta_path
+
+    @classmethod
+    def load(cls, path: str | Path) -> GateTable:
+        tensors_path, meta_path = table_paths(path)
+        for p in (tensors_path, meta_path):
+            if not p.is_file():
+                raise UserError(
+                    f"{p}: no such file (a gate table is TABLE.safetensors + TABLE.json, written by "
+                    "mtl-decoder build-gate-table)"
+                )
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            tensors = load_file(str(tensors_path))
+        except (OSError, ValueError, json.JSONDecodeError) as err:
+            raise UserError(f"{path}: not a readable gate table ({err}); build it again") from None
+        if not isinstance(meta, dict) or meta.get("kind") != KIND or meta.get("format") != FORMAT:
+            raise UserError(f"{meta_path}: not a gate table of format {FORMAT}; build it again")
+        entries = {}
+        try:
+            for gate in meta["gates"]:
+                key = f"layer{gate['layer']}.{gate['gate']}"
+                low, high = tensors[f"{key}.range"].tolist()
+                entries[(int(gate["layer"]), str(gate["gate"]))] = GateEntry(
+                    tensors[f"{key}.edges"],
+                    low,
+                    high,
+                    tensors[f"{key}.means"],
+                    tensors[f"{key}.counts"],
+                    list(gate["experts"]),
+                )
+            return cls(
+                entries,
+                int(meta["buckets"]),
+                float(meta["threshold"]),
+                float(meta["edge_margin"]),
+                meta.get("weights_sha256"),
+                dict(meta.get("sample") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise UserError(
+                f"{path}: the gate table is incomplete ({err!r} missing or wrong); build it again"
+            ) from None
+
+
+def table_paths(path: str | Path) -> tuple[Path, Path]:
+    """TABLE.safetensors and TABLE.json for TABLE given with either suffix or none."""
+    path = Path(path)
+    if path.suffix in (".safetensors", ".json"):
+        path = path.with_suffix("")
+    return path.with_name(path.name + ".safetensors"), path.with_name(path.name + ".json")
+
+
+def weights_sha256(saved: SavedModel) -> str | None:
+    path = Path(saved.directory) / WEIGHTS_FILE
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------ building
+
+
+def _gates(model) -> list[tuple[int, str, Gate, ExpertBlock]]:
+    out = []
+    for layer, block in enumerate(model.expert_blocks()):
+        if block is None:
+            continue
+        for name, gate in block.task_gates.items():
+            out.append((layer, name, gate, block))
+        if block.shared_gate is not None:
+            out.append((layer, SHARED, block.shared_gate, block))
+    return out
+
+
+def build_gate_table(
+    saved: SavedModel,
+    items: Iterable[str | list[str]],
+    buckets: int = DEFAULT_BUCKETS,
+    threshold: float = DEFAULT_THRESHOLD,
+    edge_margin: float = DEFAULT_EDGE_MARGIN,
+    batch_size: int | None = None,
+    sample: dict[str, Any] | None = None,
+) -> GateTable:
+    """Run ``items`` (raw texts or word lists) through the model and bucket every gate's tokens by the norm of the
+    gate's input; each bucket keeps its mean weights."""
+    from mtl_decoder.inference.predictor import Predictor
+
+    check_settings(buckets, threshold, edge_margin)
+    model = saved.model
+    gates = _gates(model)
+    if not gates:
+        raise UserError(f"{saved.directory}: the model has no gates (model.ffn={model.cfg.ffn}): nothing to tabulate")
+    seen: dict[tuple[int, str], list[tuple[torch.Tensor, torch.Tensor]]] = {(i, n): [] for i, n, _, _ in gates}
+    handles = []
+    for layer, name, gate, _ in gates:
+
+        def record(module, inputs, output, key=(layer, name)):
+            seen[key].append((inputs[0].detach().float().norm(dim=-1).cpu(), output.detach().float().cpu()))
+
+        handles.append(gate.register_forward_hook(record))
+    records = 0
+    try:
+        predictor = Predictor.from_saved(saved, batch_size, workers=1)
+        for _ in predictor.predict(items):
+            records += 1
+    finally:
+        for handle in handles:
+            handle.remove()
+    if records == 0:
+        raise UserError("the sample holds no records: a gate table needs inputs to learn from")
+    entries = {}
+    for layer, name, _, block in gates:
+        norms = torch.cat([n for n, _ in seen[(layer, name)]])
+        weights = torch.cat([w for _, w in seen[(layer, name)]])
+        entries[(layer, name)] = _bucket(norms, weights, buckets, block.expert_names(name, model.task_names))
+    info = {"records": records, "tokens": int(sum(len(n) for n, _ in next(iter(seen.values()))))}
+    return GateTable(entries, buckets, threshold, edge_margin, weights_sha256(saved), {**(sample or {}), **info})
+
+
+def _bucket(norms: torch.Tensor, weights: torch.Tensor, buckets: int, experts: list[str]) -> GateEntry:
+    quantiles = torch.linspace(0, 1, buckets + 1, dtype=torch.float64)[1:-1]
+    edges = torch.quantile(norms.double(), quantiles).float() if len(norms) else torch.zeros(buckets - 1)
+    which = torch.bucketize(norms, edges)  # (M,) in [0, K)
+    counts = torch.bincount(which, minlength=buckets)
+    sums = torch.zeros(buckets, weights.shape[1]).index_add_(0, which, weights)
+    overall = weights.mean(0) if len(weights) else torch.full((weights.shape[1],), 1 / weights.shape[1])
+    means = torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None], overall)  # an empty bucket: the mean
+    low, high = (float(norms.min()), float(norms.max())) if len(norms) else (0.0, 0.0)
+    return GateEntry(edges, low, high, means, counts, experts)
+
+
+def check_settings(buckets: int, threshold: float, edge_margin: float) -> None:
+    if not isinstance(buckets, int) or buckets < 1:
+        raise UserError(f"--buckets must be a positive integer, got {buckets!r}")
+    if not 0.0 <= threshold < 1.0:
+        raise UserError(f"--threshold must lie in [0, 1) (a gate weight), got {threshold}")
+    if not 0.0 <= edge_margin <= 0.5:
+        raise UserError(f"--edge-margin must lie in [0, 0.5] (a share of a bucket's width), got {edge_margin}")
+
+
+# ------------------------------------------------------------------------------------------ inference
+
+
+def apply_gate_table(
+    saved: SavedModel,
+    table: GateTable | str | Path,
+    threshold: float | None = None,
+    edge_margin: float | None = None,
+) -> GateStats:
+    """Make every expert block of ``saved``'s model use the table (until ``remove_gate_table``); ``threshold`` and
+    ``edge_margin`` default to the table's. Returns the counters the blocks update."""
+    if not isinstance(table, GateTable):
+        table = GateTable.load(table)
+    threshold = table.threshold if threshold is None else threshold
+    edge_margin = table.edge_margin if edge_margin is None else edge_margin
+    check_settings(table.buckets, threshold, edge_margin)
+    model = saved.model
+    sha = weights_sha256(saved)
+    if table.weights_sha256 and sha and table.weights_sha256 != sha:
+        raise UserError(
+            f"the gate table was built from another model (weights {table.weights_sha256[:12]}..., this one "
+            f"{sha[:12]}...): build it again for {saved.directory}"
+        )
+    gates = _gates(model)
+    expected = {(layer, name) for layer, name, _, _ in gates}
+    if set(table.entries) != expected:
+        raise UserError(
+            f"the gate table's gates ({len(table.entries)}) are not this model's ({len(expected)}): build it again "
+            f"for {saved.directory}"
+        )
+    for layer, name, _, block in gates:
+        if table.entries[(layer, name)].experts != block.expert_names(name, model.task_names):
+            raise UserError(f"the gate table's layer {layer} gate '{name}' mixes other experts: build it again")
+    remove_gate_table(saved)
+    stats = GateStats()
+    for layer, block in enumerate(model.expert_blocks()):
+        if block is not None:
+            entries = {name: table.entries[(lay, name)] for lay, name in table.entries if lay == layer}
+            block.forward = _TableBlock(block, entries, threshold, edge_margin, stats)
+    return stats
+
+
+def remove_gate_table(saved: SavedModel) -> None:
+    """Back to the exact blocks."""
+    for block in saved.model.expert_blocks():
+        if block is not None and isinstance(block.__dict__.get("forward"), _TableBlock):
+            del block.forward
+
+
+class _TableBlock:
+    """An expert block's forward with table gates and skipped experts (same inputs and outputs as
+    ``ExpertBlock.forward``)."""
+
+    def __init__(self, block: ExpertBlock, entries: dict[str, GateEntry], threshold: float, margin: float, stats):
+        self.block, self.threshold, self.margin, self.stats = block, threshold, margin, stats
+        self.entries = {}
+        for name, entry in entries.items():
+            bounds = torch.cat([torch.tensor([entry.low]), entry.edges.float(), torch.tensor([entry.high])])
+            self.entries[name] = (entry.edges.float(), bounds, entry.means.float(), entry.low, entry.high)
+        self.experts: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    # the plan: per gate, its input rows of x and, per weight column, (expert group, expert, rows of x it reads)
+
+    def __call__(self, x: torch.Tensor, layout: RouteLayout, fork: bool = False):
+        block = self.block
+        M_in = x.shape[0]
+        device = x.device
+        everyone = torch.arange(M_in, device=device)
+
+        def rows_of(span) -> torch.Tensor:
+            return everyone[span]
+
+        plan: list[tuple[str, torch.Tensor, list[tuple[Any, int, torch.Tensor]]] | tuple[str, int]] = []
+        if block.variant.shared_route:
+            shared_rows = everyone if fork else rows_of(layout.tokens(SHARED))
+            task_rows = {}
+            for name in (n for n in layout.names if n != SHARED):
+                task_rows[name] = everyone if fork else rows_of(layout.tokens(name))
+                cols = self._columns(block.task_experts[name], task_rows[name]) + self._columns(
+                    block.shared, shared_rows
+                )
+                plan.append((name, task_rows[name], cols))
+            if block.shared_gate is not None:
+                cols = [c for n in task_rows for c in self._columns(block.task_experts[n], task_rows[n])]
+                plan.append((SHARED, shared_rows, cols + self._columns(block.shared, shared_rows)))
+            else:
+                plan.append((SHARED, len(shared_rows)))
+        else:
+            for r, name in enumerate(layout.names):
+                rows = rows_of(layout.reads(r, fork))
+                cols = self._columns(block.task_experts[name], rows) if name in block.task_experts else []
+                plan.append((name, rows, cols + self._columns(block.shared, rows)))
+
+        gates: dict[str, torch.Tensor] = {}
+        needed: dict[tuple[int, int], torch.Tensor] = {}
+        possible: dict[tuple[int, int], torch.Tensor] = {}
+        for entry in plan:
+            if len(entry) == 2:
+                continue
+            name, rows, cols = entry
+            weights = self._weights(name, x[rows], block)
+            gates[name] = weights
+            for j, (group, e, col_rows) in enumerate(cols):
+                key = (id(group), e)
+                if key not in needed:
+                    needed[key] = torch.zeros(M_in, dtype=torch.bool, device=device)
+                    possible[key] = torch.zeros(M_in, dtype=torch.bool, device=device)
+                needed[key][col_rows[weights[:, j] > 0]] = True
+                possible[key][col_rows] = True
+
+        outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        for entry in plan:
+            if len(entry) == 2:
+                continue
+            for group, e, _ in entry[2]:
+                key = (id(group), e)
+                if key in outputs:
+                    continue
+                idx = needed[key].nonzero().squeeze(1)
+                inverse = torch.full((M_in,), -1, dtype=torch.long, device=device)
+                inverse[idx] = torch.arange(len(idx), device=device)
+                outputs[key] = (self._expert(group, e, x[idx]), inverse)
+                self.stats.expert_rows += int(possible[key].sum())
+                self.stats.expert_rows_run += len(idx)
+
+        outs = []
+        for entry in plan:
+            if len(entry) == 2:
+                outs.append(x.new_zeros(entry[1], x.shape[1]))  # ple's last layer: nothing reads the shared route
+                continue
+            name, rows, cols = entry
+            weights = gates[name]
+            out = x.new_zeros(len(rows), x.shape[1])
+            for j, (group, e, col_rows) in enumerate(cols):
+                active = (weights[:, j] > 0).nonzero().squeeze(1)
+                if len(active) == 0:
+                    continue
+                y, inverse = outputs[(id(group), e)]
+                picked = y[inverse[col_rows[active]]]
+                out.index_add_(0, active, weights[active, j : j + 1].to(y.dtype) * picked)
+            outs.append(out)
+        return torch.cat(outs), gates
+
+    @staticmethod
+    def _columns(group, rows: torch.Tensor) -> list[tuple[Any, int, torch.Tensor]]:
+        return [(group, e, rows) for e in range(group.n_experts)]
+
+    def _weights(self, name: str, x: torch.Tensor, block: ExpertBlock) -> torch.Tensor:
+        """(M, E): the bucket's mean weights (the real gate's near an edge), under-threshold experts dropped."""
+        edges, bounds, means, low, high = self.entries[name]
+        norms = x.float().norm(dim=-1)
+        which = torch.bucketize(norms, edges)
+        weights = means[which]
+        lo, hi = bounds[which], bounds[which + 1]
+        width = (hi - lo) * self.margin
+        near = (norms < low) | (norms > high)
+        if len(edges):
+            near |= ((which > 0) & (norms - lo < width)) | ((which < len(edges)) & (hi - norms < width))
+        gate = block.shared_gate if name == SHARED else block.task_gates[name]
+        n_near = int(near.sum())
+        if n_near:
+            weights = weights.clone()
+            weights[near] = gate(x[near])
+        self.stats.tokens += len(norms)
+        self.stats.full_gates += n_near
+        keep = (weights >= self.threshold) | (weights == weights.amax(dim=-1, keepdim=True))
+        weights = weights * keep
+        return weights / weights.sum(dim=-1, keepdim=True)
+
+    def _expert(self, group, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert ``e`` of ``group`` on the rows x: (n, C)."""
+        if not isinstance(group, ExpertGroup):  # another kind of expert: run the group, keep the one
+            return group(x)[e] if len(x) else x.new_zeros(0, x.shape[1])
+        key = (id(group), e)
+        if key not in self.experts:  # expert e's own weights, contiguous (read once: the model is not training)
+            H = group.hidden
+            self.experts[key] = (group.w_in[:, e * 2 * H : (e + 1) * 2 * H].contiguous(), group.w_out[e])
+        w_in, w_out = self.experts[key]
+        h = x @ w_in.to(x.dtype)
+        gate, up = h[:, : group.hidden], h[:, group.hidden :]
+        return (torch.nn.functional.silu(gate) * up) @ w_out.to(x.dtype)
