@@ -9,6 +9,9 @@ Writing goes to a temporary folder renamed into place, so a crash never leaves a
 reads YAML (safe loader), JSON and safetensors only: nothing is unpickled. Every way a folder can be incomplete
 or inconsistent (a missing or damaged file, labels that do not fit the weights, a config that does not describe
 them) is a one-line ``UserError`` naming the file, raised before the model is used.
+
+The weights file's metadata holds the folder's format (``FORMAT``); a folder without it is older, and its config is
+read as it was meant then (``model.ffn`` 'cgc' / 'mmoe' were the stacked forms, 'cgc_stacked' / 'mmoe_stacked' now).
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from typing import Any
 
 import torch
 import yaml
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from mtl_decoder.config import ExperimentConfig, config_from_dict
+from mtl_decoder.config.variants import STACKED_BEFORE_FORMAT_2
 from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_json, atomic_write_text, replace_dir, temporary_sibling
@@ -40,6 +44,10 @@ INFO_FILE = "info.json"
 TRUNK_FILE = "trunk.json"
 TRUNK_DIR = "trunk"
 REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, LABELS_FILE)
+FORMAT = 2
+"""The saved-model format, in model.safetensors' metadata under ``FORMAT_KEY`` (the file every folder has, beside the
+weights whose layout it dates). 2: cgc and mmoe are single-level over a shared bottom; absent (1): older."""
+FORMAT_KEY = "mtl_decoder_format"
 
 
 @dataclass
@@ -68,7 +76,7 @@ def save_model(
     try:
         atomic_write_text(tmp / CONFIG_FILE, config.to_yaml())
         state = {k: v.detach().contiguous().cpu() for k, v in _state_to_save(model).items()}
-        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", FORMAT_KEY: str(FORMAT)})
         identity = getattr(model, "identity", None)
         if identity is not None:  # a pretrained trunk: where it came from and the hash of its weights
             atomic_write_json(tmp / TRUNK_FILE, identity.to_dict())
@@ -97,7 +105,7 @@ def load_model(directory: str | Path, device: torch.device | str | None = None) 
     for name in REQUIRED_FILES:
         if not (directory / name).is_file():
             raise UserError(f"{directory}: not a model folder (missing {name})")
-    config = _read_config(directory / CONFIG_FILE)
+    config = _read_config(directory / CONFIG_FILE, _saved_format(directory / WEIGHTS_FILE))
     label_sets = _read_labels(directory / LABELS_FILE, config)
     encoder = TextEncoder.load(directory, config.data.max_length, words_as_text=config.model.trunk.enabled)
     identity = _read_identity(directory / TRUNK_FILE) if config.model.trunk.enabled else None
@@ -109,7 +117,17 @@ def load_model(directory: str | Path, device: torch.device | str | None = None) 
     return SavedModel(model, encoder, config, label_sets, directory)
 
 
-def _read_config(path: Path) -> ExperimentConfig:
+def _saved_format(weights: Path) -> int:
+    """The folder's format from its weights' metadata: 1 when absent (saved before formats were recorded)."""
+    try:
+        with safe_open(str(weights), "pt") as f:
+            value = (f.metadata() or {}).get(FORMAT_KEY, "1")
+    except (SafetensorError, OSError, ValueError):
+        return FORMAT  # an unreadable weights file is reported by _load_weights, naming it
+    return int(value) if value.isdigit() else FORMAT
+
+
+def _read_config(path: Path, saved_format: int = FORMAT) -> ExperimentConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
@@ -122,6 +140,9 @@ def _read_config(path: Path) -> ExperimentConfig:
         raise UserError(f"{path}: not a readable config ({reason}); {fix}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: not a config (expected a mapping)")
+    model = data.get("model")
+    if saved_format < 2 and isinstance(model, dict) and model.get("ffn") in STACKED_BEFORE_FORMAT_2:
+        data["model"] = {**model, "ffn": STACKED_BEFORE_FORMAT_2[model["ffn"]]}  # what it meant then
     try:
         return config_from_dict(data)
     except UserError as err:

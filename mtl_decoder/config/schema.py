@@ -92,16 +92,19 @@ class ModelConfig:
     norm: str = "rmsnorm"
     """Pre-LN normalisation: 'rmsnorm' or 'layernorm'."""
     ffn: str = "ple"
-    """Expert block in every layer: 'ple' (paper-faithful), 'cgc', 'mmoe' or 'mlp' (hard sharing)."""
+    """The expert blocks (config/variants.py): 'ple' (PLE, in every layer), 'cgc' (single-level CGC) or 'mmoe' (MMoE),
+    both in the top layer over a shared bottom of plain MLPs, 'cgc_stacked' / 'mmoe_stacked' (in every layer, task
+    streams from layer 0: ablations), or 'mlp' (hard sharing)."""
     n_shared_experts: int = 2
-    """Shared experts per layer (ple, cgc, mmoe)."""
+    """Shared experts per expert layer (every gated variant)."""
     n_task_experts: int = 2
-    """Experts per task per layer (ple, cgc)."""
+    """Experts per task per expert layer (ple, cgc, cgc_stacked)."""
     expert_hidden: int = 512
     """Hidden size of each SwiGLU expert."""
     mlp_hidden: int | None = None
-    """Hidden size of the 'mlp' variant's SwiGLU; None = what one route sees in 'cgc'
-    ((n_task_experts + n_shared_experts) x expert_hidden), so the variants compare at equal width."""
+    """Hidden size of the plain SwiGLU MLPs (every layer of 'mlp', the shared bottom of 'cgc' and 'mmoe'); None = what
+    one route sees in a CGC layer ((n_task_experts + n_shared_experts) x expert_hidden), so they compare at equal
+    width."""
     initial_shared_weight: float = 0.7
     """Share of every gate's mass on the shared experts at initialisation (0 < w < 1)."""
     dropout: float = 0.1

@@ -31,12 +31,12 @@ from mtl_decoder.model.positions import PositionScaleShift
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, tasks: list[str], is_last: bool):
+    def __init__(self, cfg: ModelConfig, tasks: list[str], index: int):
         super().__init__()
         self.attn_norm = make_norm(cfg.norm, cfg.d_model)
         self.attn = SelfAttention(cfg.d_model, cfg.n_heads, causal=cfg.attention == "causal")
         self.ffn_norm = make_norm(cfg.norm, cfg.d_model)
-        if not cfg.variant.gated:
+        if not cfg.variant.has_experts(index, cfg.n_layers):  # hard sharing, or the shared bottom below the experts
             self.ffn = SwiGLU(cfg.d_model, cfg.mlp_width)
         else:
             self.ffn = ExpertBlock(
@@ -47,14 +47,14 @@ class DecoderLayer(nn.Module):
                 cfg.n_task_experts,
                 cfg.expert_hidden,
                 cfg.initial_shared_weight,
-                shared_gate=not is_last,
+                shared_gate=index < cfg.n_layers - 1,
             )
         self.dropout = Dropout(cfg.dropout)
 
     def forward(
-        self, h: torch.Tensor, mask: torch.Tensor | None, rope: torch.Tensor, layout: RouteLayout
+        self, h: torch.Tensor, mask: torch.Tensor | None, rope: torch.Tensor, layout: RouteLayout, fork: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return self.feed_forward(self.attend(h, mask, rope), layout)
+        return self.feed_forward(self.attend(h, mask, rope), layout, fork)
 
     def attend(self, h: torch.Tensor, mask: torch.Tensor | None, rope: torch.Tensor | None) -> torch.Tensor:
         return h + self.dropout(self.attn(self.attn_norm(h), mask, rope))
@@ -63,15 +63,24 @@ class DecoderLayer(nn.Module):
         """``attend`` for the next tokens of streams whose history is in ``cache`` (streaming)."""
         return h + self.dropout(self.attn.forward_cached(self.attn_norm(h), cache, step))
 
-    def feed_forward(self, h: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def feed_forward(
+        self, h: torch.Tensor, layout: RouteLayout, fork: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """h: the (N, T, C) rows of ``layout`` -> the same rows, updated. With ``fork`` (the first expert layer), h
+        holds the rows of the shared bottom (``layout.bottom``) and the result every route's rows of ``layout``."""
         N, T, C = h.shape
-        x = self.ffn_norm(h.view(N * T, C)[layout.token_index])  # (M, C): real tokens only, grouped by route
+        source = layout.bottom if fork else layout
+        x = self.ffn_norm(h.view(N * T, C)[source.token_index])  # (M, C): real tokens only, grouped by route
         if isinstance(self.ffn, SwiGLU):
             out, gates = self.ffn(x), {}
         else:
-            out, gates = self.ffn(x, layout)
-        h = h.view(N * T, C).index_add(0, layout.token_index, self.dropout(out).to(h.dtype)).view(N, T, C)
-        return h, gates
+            out, gates = self.ffn(x, layout, fork=fork)
+        out = self.dropout(out).to(h.dtype)
+        if fork:  # each route's rows start as a copy of their example's bottom row
+            h = h[layout.bottom_row]
+            N = h.shape[0]
+            return h.view(N * T, C).index_add_(0, layout.token_index, out).view(N, T, C), gates
+        return h.view(N * T, C).index_add(0, layout.token_index, out).view(N, T, C), gates
 
 
 class MTLDecoder(MultiTaskModel):
@@ -100,9 +109,10 @@ class MTLDecoder(MultiTaskModel):
             if cfg.position_embedding != "rope"
             else None
         )
-        self.layers = nn.ModuleList(
-            DecoderLayer(cfg, self.task_names, i == cfg.n_layers - 1) for i in range(cfg.n_layers)
-        )
+        self.layers = nn.ModuleList(DecoderLayer(cfg, self.task_names, i) for i in range(cfg.n_layers))
+        self.fork_layer = cfg.variant.first_expert_layer(cfg.n_layers)
+        """The first layer with an expert block: it and the layers below it attend on the shared bottom (one row per
+        example); its expert block forks the stream into the routes (n_layers: never, hard sharing)."""
         self.final_norm = make_norm(cfg.norm, cfg.d_model)
         self._init_weights()
 
@@ -141,20 +151,22 @@ class MTLDecoder(MultiTaskModel):
             )
         rope = self.rope(T) if self.rope is not None else None
         positions = torch.arange(T, device=input_ids.device)
-        # Every route of an example starts from the same embedding, so the first attention sub-layer is the
-        # same on all of them: run it once per example, then give each route its own copy (its own row).
-        everyone = torch.arange(B, device=input_ids.device)
-        x = self._place(self.drop(x), 0, positions)
-        h = self.layers[0].attend(x, self._attention_mask(attention_mask, everyone), rope)  # (B, T, C)
-        h = h[layout.row_example]  # (N, T, C)
-        mask = self._attention_mask(attention_mask, layout.row_example)
+        # Every route of an example reads the same shared bottom: the layers below the first expert layer, and that
+        # layer's attention, run once per example; its expert block forks the stream into one row per (example,
+        # route), on which the layers above it run.
+        bottom = layout.bottom or layout  # hard sharing: the one stream is the bottom, nothing forks
+        h = self.drop(x)  # (B, T, C)
+        if len(bottom.row_example) != B:  # examples that no route reads are not run
+            h = h[bottom.row_example]
+        masks = [self._attention_mask(attention_mask, rows) for rows in (bottom.row_example, layout.row_example)]
         gates = []
         for i, layer in enumerate(self.layers):
-            h, layer_gates = (
-                layer.feed_forward(h, layout) if i == 0 else layer(self._place(h, i, positions), mask, rope, layout)
+            forked, fork = i > self.fork_layer, i == self.fork_layer
+            h, layer_gates = layer(
+                self._place(h, i, positions), masks[forked], rope, layout if forked or fork else bottom, fork
             )
             gates.append(layer_gates)
-        return h, gates
+        return h, gates  # (N, T, C)
 
     def _attention_mask(self, attention_mask: torch.Tensor, row_example: torch.Tensor) -> torch.Tensor | None:
         """Bidirectional: a (N, 1, 1, T) key mask (padding hidden from every query). Causal: None, and attention
@@ -173,8 +185,9 @@ class MTLDecoder(MultiTaskModel):
 
     def new_cache(self, batch_size: int, capacity: int, tasks: list[str] | None = None) -> DecoderCache:
         """Empty KV caches for ``batch_size`` causal streams of at most ``capacity`` tokens each, allocated once:
-        layer 0's attention runs once per example (``encode``), so its cache has a row per stream; every later
-        layer's has a row per (stream, route) of ``tasks``' route layout."""
+        the attention of the shared bottom's layers and of the first expert layer runs once per example
+        (``encode``), so their caches have a row per stream; every later layer's has a row per (stream, route) of
+        ``tasks``' route layout."""
         if self.cfg.attention != "causal":
             raise UserError(
                 "streaming needs a causal model (model.attention=causal): in a bidirectional one every later token "
@@ -184,7 +197,8 @@ class MTLDecoder(MultiTaskModel):
         layout = self.route_layout(
             torch.ones(batch_size, 1, dtype=torch.bool, device=device), list(tasks or self.task_names), None
         )
-        rows = [torch.arange(batch_size, device=device)] + [layout.row_example] * (len(self.layers) - 1)
+        L, bottom = len(self.layers), (layout.bottom or layout).row_example
+        rows = [bottom] * min(self.fork_layer + 1, L) + [layout.row_example] * (L - min(self.fork_layer + 1, L))
         head_dim = self.cfg.d_model // self.cfg.n_heads
         return DecoderCache(rows, batch_size, self.cfg.n_heads, head_dim, capacity, self.embed.weight.dtype, device)
 
@@ -199,7 +213,10 @@ class MTLDecoder(MultiTaskModel):
         """``encode`` for the next tokens of B streams whose earlier tokens are in ``cache`` (``new_cache``): the
         (B, t) new ids, right-padded, go through the layers alone, attending to the cached history; their keys and
         values are added to the cache. ``layout``: ``route_layout`` of the new tokens' mask for the cache's tasks."""
-        if not torch.equal(layout.row_example, cache.layer_rows[-1]) and len(self.layers) > 1:
+        bottom = layout.bottom or layout
+        if not torch.equal(bottom.row_example, cache.layer_rows[0]) or (
+            self.fork_layer < len(self.layers) - 1 and not torch.equal(layout.row_example, cache.layer_rows[-1])
+        ):
             raise ValueError("the step's route layout is not the one the cache was built for")
         x = self.embed_tokens(input_ids, attention_mask)  # (B, t, C)
         if self.word_features is not None:
@@ -210,14 +227,13 @@ class MTLDecoder(MultiTaskModel):
                 features.get("hash_ids"),
             )
         plans = cache.step(attention_mask, self.rope)
-        first, rest = plans[id(cache.layer_rows[0])], plans[id(cache.layer_rows[-1])]
-        h = self.layers[0].attend_cached(self._place(self.drop(x), 0, first.positions), cache.layers[0], first)
-        h = h[layout.row_example]  # (N, t, C): every route of an example from the same first sub-layer
+        h = self.drop(x)  # (B, t, C): the bottom holds every stream (the cache's layout asks every task)
         gates = []
-        for i, layer in enumerate(self.layers):
-            if i:
-                h = layer.attend_cached(self._place(h, i, rest.positions), cache.layers[i], rest)
-            h, layer_gates = layer.feed_forward(h, layout)
+        for i, layer in enumerate(self.layers):  # as in encode: the bottom, the fork, then every route's rows
+            forked, fork = i > self.fork_layer, i == self.fork_layer
+            plan = plans[id(cache.layer_rows[i])]
+            h = layer.attend_cached(self._place(h, i, plan.positions), cache.layers[i], plan)
+            h, layer_gates = layer.feed_forward(h, layout if forked or fork else bottom, fork)
             gates.append(layer_gates)
         cache.advance(attention_mask)
         return h, gates

@@ -1,14 +1,19 @@
-"""The expert/gate block that takes the place of the MLP in every decoder layer.
+"""The expert/gate block of the gated variants (see config/variants.py for the table).
 
 A batch row is one (example, route) pair. Rows are laid out route-major, and the real (non-pad) tokens of
 all rows are packed into one (M, C) matrix, grouped by route, so that every expert runs exactly once, on
 exactly the tokens that read it, as two grouped matmuls. Attention runs once over all rows.
 
-    variant   routes                            what a route's gate mixes
-    ple       every task + 'shared'             task k: [task-k experts(route k), shared experts(shared route)]
-                                                shared: [all task experts(their routes), shared experts]
-    cgc       each task asked for               task k: [task-k experts, shared experts], both on route k
-    mmoe      each task asked for               task k: [shared experts on route k]
+    variant          routes                   what a route's gate mixes
+    ple              every task + 'shared'    task k: [task-k experts(route k), shared experts(shared route)]
+                                              shared: [all task experts(their routes), shared experts]
+    cgc(_stacked)    each task asked for      task k: [task-k experts, shared experts], both on route k
+    mmoe(_stacked)   each task asked for      task k: [shared experts on route k]
+
+The first expert layer *forks* the shared bottom (one row per example): it reads the bottom's packed tokens,
+runs the shared experts once per bottom token (whatever the number of routes reading it), and writes the packed
+tokens of every route (``ExpertBlock.forward(..., fork=True)``; ``RouteLayout.bottom`` says where each route's
+tokens sit among the bottom's).
 """
 
 from __future__ import annotations
@@ -40,10 +45,19 @@ class RouteLayout:
     """Route r owns packed tokens [start, end)."""
     token_position: torch.Tensor
     """(M,) the position of each packed token in its sequence."""
+    bottom: RouteLayout | None = None
+    """The shared bottom these routes fork from: one SHARED row per example of any route; None when the layout
+    is itself the only stream (hard sharing)."""
+    bottom_row: torch.Tensor | None = None
+    """(N,) the bottom row each row is forked from."""
+    bottom_token: list[torch.Tensor | None] | None = None
+    """Per route: (M_route,) where each of its packed tokens sits among the bottom's packed tokens, or None when
+    the route holds every bottom token in the bottom's order."""
 
     @classmethod
-    def build(cls, routes: dict[str, torch.Tensor], attention_mask: torch.Tensor) -> RouteLayout:
-        """``routes`` maps a route name to the (sorted) batch examples that take it."""
+    def build(cls, routes: dict[str, torch.Tensor], attention_mask: torch.Tensor, fork: bool = False) -> RouteLayout:
+        """``routes`` maps a route name to the (sorted) batch examples that take it; with ``fork`` the layout
+        also says how its routes fork from a shared bottom of one row per example of any route."""
         names = list(routes)
         empty = torch.zeros(0, dtype=torch.long, device=attention_mask.device)
         row_example = torch.cat([routes[n] for n in names]) if names else empty  # (N,)
@@ -52,13 +66,47 @@ class RouteLayout:
         row_counts = [len(routes[n]) for n in names]
         token_counts = torch.stack([m.sum() for m in row_mask.split(row_counts)]).tolist() if names else []
         token_index = row_mask.flatten().nonzero().squeeze(1)  # (M,)
-        return cls(names, row_example, _bounds(row_counts), token_index, _bounds(token_counts), token_index % T)
+        layout = cls(names, row_example, _bounds(row_counts), token_index, _bounds(token_counts), token_index % T)
+        if fork:
+            layout._fork_from_bottom(routes, attention_mask)
+        return layout
+
+    def _fork_from_bottom(self, routes: dict[str, torch.Tensor], attention_mask: torch.Tensor) -> None:
+        B, T = attention_mask.shape
+        device = attention_mask.device
+        present = torch.zeros(B, dtype=torch.bool, device=device)
+        for examples in routes.values():
+            present[examples] = True
+        n_bottom = int(present.sum())
+        everyone = torch.arange(B, device=device)
+        bottom = RouteLayout.build(
+            {SHARED: everyone if n_bottom == B else present.nonzero().squeeze(1)}, attention_mask
+        )
+        bottom_of_example = torch.full((B,), -1, dtype=torch.long, device=device)
+        bottom_of_example[bottom.row_example] = torch.arange(n_bottom, device=device)
+        self.bottom, self.bottom_row = bottom, bottom_of_example[self.row_example]
+        # Routes holding every bottom example hold its tokens in its order; the others gather theirs.
+        partial = [r for r, name in enumerate(self.names) if len(routes[name]) != n_bottom]
+        self.bottom_token = [None] * len(self.names)
+        if partial:
+            packed_of_flat = torch.full((n_bottom * T,), -1, dtype=torch.long, device=device)
+            packed_of_flat[bottom.token_index] = torch.arange(len(bottom.token_index), device=device)
+            for r in partial:
+                flat = self.token_index[slice(*self.token_bounds[r])]
+                self.bottom_token[r] = packed_of_flat[self.bottom_row[flat // T] * T + flat % T]
 
     def rows(self, name: str) -> slice:
         return slice(*self.row_bounds[self.names.index(name)])
 
     def tokens(self, name: str) -> slice:
         return slice(*self.token_bounds[self.names.index(name)])
+
+    def reads(self, r: int, fork: bool) -> slice | torch.Tensor:
+        """Which of the block input's packed tokens route r reads: its own span, or at a fork its bottom tokens."""
+        if not fork:
+            return slice(*self.token_bounds[r])
+        index = self.bottom_token[r]
+        return slice(None) if index is None else index
 
 
 def _bounds(counts: list[int]) -> list[tuple[int, int]]:
@@ -162,33 +210,44 @@ class ExpertBlock(nn.Module):
             else None
         )
 
-    def forward(self, x: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """x: (M, C) packed normed tokens -> (M, C) block output, and each gate's (M_route, E) weights."""
+    def forward(
+        self, x: torch.Tensor, layout: RouteLayout, fork: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """x: (M_in, C) packed normed tokens -> (M, C) block output for ``layout``'s packed tokens, and each gate's
+        (M_route, E) weights. M_in = M, except with ``fork``: x holds the shared bottom's tokens
+        (``layout.bottom``), which every route reads (``layout.bottom_token``)."""
         if self.variant.shared_route:
-            return self._progressive(x, layout)
-        return self._per_route(x, layout)
+            return self._progressive(x, layout, fork)
+        return self._per_route(x, layout, fork)
 
-    def _per_route(self, x: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        y_shared = self.shared(x)  # (Es, M, C): each route's tokens read the shared experts once
+    def _per_route(
+        self, x: torch.Tensor, layout: RouteLayout, fork: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        # Shared experts once per input token: each route's own tokens, or at a fork each bottom token once,
+        # however many routes read it.
+        y_shared = self.shared(x)  # (Es, M_in, C)
         outs, gates = [], {}
-        for name in layout.names:
-            span = layout.tokens(name)
-            x_route = x[span]
+        for r, name in enumerate(layout.names):
+            read = layout.reads(r, fork)
+            x_route = x[read]
             weights = self.task_gates[name](x_route)  # (M_route, E)
-            pieces = [y_shared[:, span]]
+            pieces = [y_shared[:, read]]
             if name in self.task_experts:
                 pieces.insert(0, self.task_experts[name](x_route))
             outs.append(mix(weights, pieces))
             gates[name] = weights
         return torch.cat(outs), gates
 
-    def _progressive(self, x: torch.Tensor, layout: RouteLayout) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        # Every route holds the same tokens in the same order, so the routes' packed spans align row by row.
-        x_shared = x[layout.tokens(SHARED)]
+    def _progressive(
+        self, x: torch.Tensor, layout: RouteLayout, fork: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        # Every route holds the same tokens in the same order, so the routes' packed spans align row by row; at a
+        # fork every route reads the bottom's tokens themselves.
+        x_shared = x if fork else x[layout.tokens(SHARED)]
         y_shared = self.shared(x_shared)  # (Es, M, C)
         outs, gates, y_tasks = [], {}, []
         for name in (n for n in layout.names if n != SHARED):
-            x_route = x[layout.tokens(name)]
+            x_route = x if fork else x[layout.tokens(name)]
             y_task = self.task_experts[name](x_route)  # (Ek, M, C)
             weights = self.task_gates[name](x_route)
             outs.append(mix(weights, [y_task, y_shared]))

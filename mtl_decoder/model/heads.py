@@ -84,20 +84,23 @@ class MultiTaskModel(nn.Module):
     def route_layout(
         self, attention_mask: torch.Tensor, tasks: list[str], present: dict[str, torch.Tensor] | None
     ) -> RouteLayout:
-        """The rows each route takes: every example for ple/mlp; for cgc/mmoe only those a task asks for."""
+        """The rows each route takes after the fork: every example for ple/mlp; for the other gated variants only
+        those a task asks for. Gated layouts also describe the shared bottom they fork from (``layout.bottom``:
+        one row per example of any route), which the layers below the first expert layer run on."""
         B = attention_mask.shape[0]
         everyone = torch.arange(B, device=attention_mask.device)
         variant = self.cfg.variant
-        if not variant.gated:
+        if not variant.gated:  # one stream: the layout is its own bottom, nothing forks
             return RouteLayout.build({SHARED: everyone}, attention_mask)
         if variant.shared_route:  # the shared gate mixes every task's experts: all routes are needed
-            return RouteLayout.build({**{t: everyone for t in self.task_names}, SHARED: everyone}, attention_mask)
+            routes = {**{t: everyone for t in self.task_names}, SHARED: everyone}
+            return RouteLayout.build(routes, attention_mask, fork=True)
         routes = {}
         for name in tasks:
             examples = everyone if present is None else present[name].nonzero().squeeze(1)
             if len(examples):
                 routes[name] = examples
-        return RouteLayout.build(routes, attention_mask)
+        return RouteLayout.build(routes, attention_mask, fork=True)
 
     def head_route(self, task: str) -> str:
         return self.cfg.variant.head_route(task)

@@ -15,7 +15,8 @@ VOCAB = 40
 PAD = 0
 NER_LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 SENT_LABELS = ("neg", "pos", "neutral")
-FFN_VARIANTS = ("ple", "cgc", "mmoe", "mlp")
+FFN_VARIANTS = ("ple", "cgc", "mmoe", "cgc_stacked", "mmoe_stacked", "mlp")
+GATED_VARIANTS = FFN_VARIANTS[:-1]
 ATTENTION_MODES = ("causal", "bidirectional")
 
 

@@ -132,3 +132,69 @@ def test_expert_block_gradients_equal_loop_reference(variant):
 
 def _grad(p: torch.nn.Parameter) -> torch.Tensor:
     return torch.zeros_like(p) if p.grad is None else p.grad.clone()
+
+
+def build_fork(variant: str) -> tuple[ExpertBlock, torch.Tensor, RouteLayout]:
+    """A block at the fork: x holds the shared bottom's tokens (one row per example); cgc/mmoe routes overlap."""
+    block, _, _ = build(variant)
+    attention_mask = torch.tensor(
+        [[1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool
+    )
+    everyone = torch.arange(4)
+    if variant == "ple":
+        routes = {**{t: everyone for t in TASKS}, SHARED: everyone}
+    else:  # "a" on every example, "c" on two of them, "b" on none; example 3 only on "a"
+        routes = {"a": everyone, "c": torch.tensor([1, 2])}
+    layout = RouteLayout.build(routes, attention_mask, fork=True)
+    x = torch.randn(int(attention_mask.sum()), C, generator=torch.Generator().manual_seed(5))
+    return block, x, layout
+
+
+def routes_input(x_bottom: torch.Tensor, layout: RouteLayout) -> torch.Tensor:
+    """What the routes would hold had each been given a copy of its examples' bottom tokens."""
+    return torch.cat([x_bottom[layout.reads(r, fork=True)] for r in range(len(layout.names))])
+
+
+@pytest.mark.parametrize("variant", ["ple", "cgc", "mmoe"])
+def test_fork_equals_the_block_on_copies_of_the_bottom(variant):
+    block, x, layout = build_fork(variant)
+    assert layout.bottom.names == [SHARED] and layout.bottom.row_example.tolist() == [0, 1, 2, 3]
+    if variant != "ple":
+        assert layout.bottom_token[0] is None  # "a" holds every bottom token in order: no gather
+        # "c": examples 1 and 2, whose tokens sit after example 0's 4 tokens in the bottom
+        assert layout.bottom_token[1].tolist() == [4, 5, 6, 7, 8, 9, 10]
+    x = x.requires_grad_()
+    y, gates = block(x, layout, fork=True)
+    y_ref, gates_ref = reference(block, routes_input(x.detach(), layout), layout)
+    assert y.shape[0] == layout.token_index.shape[0] and y.abs().max() > 1e-2
+    torch.testing.assert_close(y.double(), y_ref, atol=1e-5, rtol=1e-5)
+    for name in gates_ref:
+        torch.testing.assert_close(gates[name].double(), gates_ref[name], atol=1e-6, rtol=1e-6)
+    # Gradients: the same as the block on copies, summed back onto the bottom's tokens.
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(6))
+    (y * g).sum().backward()
+    got = {n: _grad(p) for n, p in block.named_parameters()}
+    block.zero_grad(set_to_none=True)
+    copies = routes_input(x.detach(), layout).requires_grad_()
+    (block(copies, layout)[0] * g).sum().backward()
+    for n, p in block.named_parameters():
+        torch.testing.assert_close(got[n], _grad(p), atol=1e-5, rtol=1e-5, msg=n)
+    summed = torch.zeros_like(x).index_add_(0, _bottom_index(layout), copies.grad)
+    torch.testing.assert_close(x.grad, summed, atol=1e-5, rtol=1e-5)
+
+
+def _bottom_index(layout: RouteLayout) -> torch.Tensor:
+    n = layout.bottom.token_index.shape[0]
+    return torch.cat([torch.arange(n) if i is None else i for i in layout.bottom_token])
+
+
+@pytest.mark.parametrize("variant", ["ple", "cgc", "mmoe"])
+def test_fork_runs_shared_experts_once_per_bottom_token(variant):
+    """Counted in calls and tokens: the shared experts see each bottom token once, however many routes read it."""
+    block, x, layout = build_fork(variant)
+    seen = []
+    hook = block.shared.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[0]))
+    with torch.no_grad():
+        block(x, layout, fork=True)
+    hook.remove()
+    assert seen == [x.shape[0]]

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from model_testkit import ATTENTION_MODES, FFN_VARIANTS, tiny_batch, tiny_model
+from model_testkit import ATTENTION_MODES, FFN_VARIANTS, GATED_VARIANTS, tiny_batch, tiny_model
 
 from mtl_decoder.model import SHARED, Gate
 
@@ -16,14 +16,17 @@ def test_fresh_layers_are_the_identity(ffn, attention):
     batch = tiny_batch([6, 4, 5], seed=2)
     mask = batch["attention_mask"]
     layout = model.route_layout(mask, model.task_names, None)
-    rows = layout.row_example
-    h_in = torch.randn(len(rows), mask.shape[1], model.cfg.d_model, generator=torch.Generator().manual_seed(2))
+    bottom = layout.bottom or layout
     rope = model.rope(mask.shape[1])
+    gen = torch.Generator().manual_seed(2)
     with torch.no_grad():
-        for layer in model.layers:  # each layer, attention and expert block together, on a random stream
-            h_out, _ = layer(h_in, model._attention_mask(mask, rows), rope, layout)
-            assert h_out.shape == h_in.shape
-            assert torch.equal(h_out, h_in)
+        for i, layer in enumerate(model.layers):  # each layer, attention and expert block together, on its rows
+            fork, forked = i == model.fork_layer, i > model.fork_layer
+            rows = (layout if forked else bottom).row_example
+            h_in = torch.randn(len(rows), mask.shape[1], model.cfg.d_model, generator=gen)
+            h_out, _ = layer(h_in, model._attention_mask(mask, rows), rope, layout if fork or forked else bottom, fork)
+            # the fork layer gives every route a copy of its example's bottom row, unchanged
+            assert torch.equal(h_out, h_in[layout.bottom_row] if fork else h_in)
 
 
 def test_identity_layers_mean_logits_are_the_heads_of_the_embedding():
@@ -42,7 +45,7 @@ def _n_shared_columns(model, layer, gate: str) -> tuple[int, int]:
     return n_shared, len(names)
 
 
-@pytest.mark.parametrize("ffn", ["ple", "cgc", "mmoe"])
+@pytest.mark.parametrize("ffn", GATED_VARIANTS)
 def test_fresh_gates_put_initial_shared_weight_on_shared_experts(ffn):
     # Regression: MTLDecoder._init_weights used to re-initialise Gate.proj with N(0, 0.02) and a zero bias
     # after Gate.reset_parameters() had run, so gates started near uniform instead.
@@ -52,7 +55,10 @@ def test_fresh_gates_put_initial_shared_weight_on_shared_experts(ffn):
     with torch.no_grad():
         out = model(batch["input_ids"], batch["attention_mask"])
     assert len(out.gates) == model.cfg.n_layers
-    for layer, gates in zip(model.layers, out.gates, strict=True):
+    for layer, block, gates in zip(model.layers, model.expert_blocks(), out.gates, strict=True):
+        if block is None:  # the shared bottom of single-level cgc / mmoe
+            assert gates == {}
+            continue
         expected_names = set(model.task_names) | ({SHARED} if ffn == "ple" and layer is not model.layers[-1] else set())
         assert set(gates) == expected_names
         for name, weights in gates.items():
@@ -62,7 +68,7 @@ def test_fresh_gates_put_initial_shared_weight_on_shared_experts(ffn):
             assert weights.dtype == torch.float32
             torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[0]), atol=1e-6, rtol=0)
             shared_mass = weights[:, n_total - n_shared :].sum(-1)
-            if ffn == "mmoe":  # no own experts: uniform over the shared ones
+            if ffn.startswith("mmoe"):  # no own experts: uniform over the shared ones
                 assert n_total == n_shared == model.cfg.n_shared_experts
                 torch.testing.assert_close(weights, torch.full_like(weights, 1 / n_shared), atol=1e-6, rtol=0)
             else:

@@ -137,16 +137,28 @@ class SingleExpertMLP(nn.Module):
         return self.expert(hidden)
 
 
+def _no_gates(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+    """Forward hook of a shared-bottom block's own MLP (upcycle): its layer's entry in the gates, which has none."""
+    state = _ROUTING.get()
+    if state is not None:
+        state.gates.append({})
+
+
 def install_expert_blocks(base: nn.Module, cfg: ModelConfig, tasks: list[str]) -> list[ExpertBlock | None]:
-    """Replace every block's MLP of ``base`` (in place) by the expert block ``cfg`` asks for; returns them."""
+    """Replace the MLP of every block of ``base`` that the variant gives experts (all, or for single-level cgc/mmoe
+    the top one) by its expert block, in place; returns each block's expert block (None: none)."""
     trunk, variant = cfg.trunk, cfg.variant
     layers = decoder_layers(base)
     blocks: list[ExpertBlock | None] = []
     for i, layer in enumerate(layers):
         mlp = layer.mlp
-        if not variant.gated:  # hard sharing: the pretrained MLP itself (upcycle) or with one LoRA update
+        if not variant.has_experts(i, len(layers)):
+            # hard sharing, or the shared bottom below the expert layers: the pretrained MLP itself (upcycle) or
+            # with one LoRA update, on every row (rows of the same example stay equal up to the fork)
             if trunk.mode == "lora":
                 layer.mlp = SingleExpertMLP(mlp, trunk)
+            elif variant.gated:
+                mlp.register_forward_hook(_no_gates)
             blocks.append(None)
             continue
         make_group: Callable[[int], nn.Module]

@@ -58,7 +58,7 @@ def _reference(checkpoint: Path, ids, mask, causal: bool, layers: int | None = N
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("mode", ["upcycle", "lora"])
-@pytest.mark.parametrize("ffn", ["ple", "cgc", "mmoe", "mlp"])
+@pytest.mark.parametrize("ffn", ["ple", "cgc", "mmoe", "cgc_stacked", "mlp"])
 @pytest.mark.parametrize("attention", ["causal", "bidirectional"])
 def test_step_zero_computes_the_pretrained_function(checkpoints, tmp_path, family, mode, ffn, attention):
     """Every task route's hidden states equal AutoModel's (causal mask lifted or not) before any training."""
@@ -76,7 +76,14 @@ def test_step_zero_computes_the_pretrained_function(checkpoints, tmp_path, famil
         for row, example in zip(range(rows.start, rows.stop), layout.row_example[rows].tolist(), strict=True):
             real = mask[example]
             torch.testing.assert_close(hidden[row][real], expected[example][real], atol=1e-5, rtol=1e-5)
-    assert len(gates) == 2 and all(bool(g) == (ffn != "mlp") for g in gates)
+    # gates in every block (ple), in the top block only (single-level cgc, mmoe: the others keep their MLP), or none
+    assert [bool(g) for g in gates] == {
+        "ple": [True] * 2,
+        "cgc_stacked": [True] * 2,
+        "cgc": [False, True],
+        "mmoe": [False, True],
+    }.get(ffn, [False, False])
+    assert [b is not None for b in model.expert_blocks()] == [bool(g) for g in gates]
 
 
 def test_bidirectional_differs_from_causal(checkpoints, tmp_path):
