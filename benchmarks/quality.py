@@ -59,6 +59,11 @@ MODELS: dict[str, tuple[str, list[str], str]] = {
         "PLE on sub-words only (no word features)",
     ),
     "ple_equal": ("ple.yaml", ["balancing.method=equal"], "PLE with equal loss weights instead of EMA"),
+    "ple_linear_pos": (
+        "ple.yaml",
+        ["model.position_embedding=linear", "model.position_embedding_where=every_layer"],
+        "PLE with the position-aware linear sub-layer x*(1+alpha_i)+beta_i before every layer, besides RoPE",
+    ),
 }
 DEFAULT = [
     "ple",
