@@ -413,12 +413,12 @@ class _TableBlock:
             weights = gates[name]
             out = x.new_zeros(len(rows), x.shape[1])
             for j, (group, e, col_rows) in enumerate(cols):
-                active = (weights[:, j] > 0).nonzero().squeeze(1)
-                if len(active) == 0:
-                    continue
                 y, inverse = outputs[(id(group), e)]
-                picked = y[inverse[col_rows[active]]]
-                out.index_add_(0, active, weights[active, j : j + 1].to(y.dtype) * picked)
+                if len(y) == 0:  # no token reads this expert here
+                    continue
+                # every row at once: a row that dropped the expert has weight 0 and picks some computed row (finite)
+                picked = y[inverse[col_rows].clamp(min=0)]
+                out.addcmul_(weights[:, j : j + 1].to(y.dtype), picked)
             outs.append(out)
         return torch.cat(outs), gates
 
@@ -429,6 +429,9 @@ class _TableBlock:
     def _weights(self, name: str, x: torch.Tensor, block: ExpertBlock) -> torch.Tensor:
         """(M, E): the bucket's mean weights (the real gate's near an edge), under-threshold experts dropped."""
         edges, bounds, means, low, high = self.entries[name]
+        if edges.device != x.device:  # the model on an accelerator: the table follows it, once
+            edges, bounds, means = (t.to(x.device) for t in (edges, bounds, means))
+            self.entries[name] = (edges, bounds, means, low, high)
         norms = x.float().norm(dim=-1)
         which = torch.bucketize(norms, edges)
         weights = means[which]

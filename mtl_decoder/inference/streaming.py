@@ -350,6 +350,7 @@ class StreamTagger:
             for w, row in zip(emit_for, logits, strict=True):
                 w.emissions[task] = row
 
+    @torch.inference_mode()
     def _emit(self, final: bool) -> list[StreamedWord]:
         """The pending words whose tags are final: all of them without CRF tasks (or at the end); with CRF tasks,
         all but the last ``lookahead``."""
