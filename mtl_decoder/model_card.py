@@ -169,7 +169,8 @@ def _configuration(config: ExperimentConfig) -> list[str]:
     )
     steps = f"{t.max_steps:,} steps" if t.max_steps else f"{t.epochs} epochs"
     return [
-        f"- model.ffn {m.ffn}; experts per layer: {experts}; tagging decoder {m.tagging_decoder}; dropout {m.dropout}",
+        f"- model.ffn {m.ffn}; experts per expert block: {experts}; tagging decoder {m.tagging_decoder}; "
+        f"dropout {m.dropout}",
         f"- data: max_length {d.max_length} sub-words, batch size {d.batch_size}, sampling {d.sampling}",
         f"- training: {steps}, lr {t.lr}, schedule {t.schedule} (warmup {t.warmup_ratio}), weight decay "
         f"{t.weight_decay}, precision {t.mixed_precision}, seed {t.seed}",
