@@ -27,10 +27,17 @@ def start_banner(
     steps_per_epoch: int,
 ) -> list[str]:
     """What a run is about to do: model, device and precision, steps, data per source, tasks, gates, balancing."""
-    m = cfg.model
+    m, trunk = cfg.model, cfg.model.trunk
+    if not trunk.enabled:
+        shape = f"{m.n_layers} layers x d_model {m.d_model}"
+    elif trunk.mode == "frozen":
+        shape = (
+            f"frozen {trunk.pretrained} ({trunk.layers or 'all'} blocks) + {m.n_layers} layers x d_model {m.d_model}"
+        )
+    else:
+        shape = f"{trunk.mode} {trunk.pretrained} ({trunk.layers or 'all'} blocks)"
     lines = [
-        f"mtl-decoder: {parameters:,} parameters, ffn={m.ffn}, attention={m.attention}, {m.n_layers} layers x "
-        f"d_model {m.d_model}",
+        f"mtl-decoder: {parameters:,} parameters, ffn={m.ffn}, attention={m.attention}, {shape}",
         f"device: {accelerator.device.type} x {accelerator.num_processes} process(es), precision: "
         f"{cfg.training.mixed_precision}",
         f"steps: {total_steps} ({steps_per_epoch}/epoch, batch {cfg.data.batch_size} per process)",

@@ -178,9 +178,25 @@ def install_expert_blocks(base: nn.Module, cfg: ModelConfig, tasks: list[str]) -
             shared_gate=i < len(layers) - 1,
             make_group=make_group,
         )
+        if trunk.mode == "upcycle":
+            break_symmetry(block)
         layer.mlp = RoutedMLP(block)
         blocks.append(block)
     return blocks
+
+
+UPCYCLE_GATE_STD = 0.02
+
+
+def break_symmetry(block: ExpertBlock) -> None:
+    """Upcycled experts are exact copies: under zero-weight gates every token mixes a group's copies in the same
+    proportions, so they get the same gradients and never become different experts. Small random gate weights
+    give each token its own mix, hence each copy its own gradient; the block's output is unchanged at step 0
+    (any mix of identical experts is the pretrained MLP), and the shared-expert bias still sets the mean mass."""
+    gates = [*block.task_gates.values(), *([block.shared_gate] if block.shared_gate is not None else [])]
+    with torch.no_grad():
+        for gate in gates:
+            gate.proj.weight.normal_(0.0, UPCYCLE_GATE_STD)
 
 
 def add_lora_to_linears(module: nn.Module, trunk: TrunkConfig, name: str) -> None:

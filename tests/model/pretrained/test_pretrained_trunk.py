@@ -142,3 +142,20 @@ def test_frozen_states_are_cached_and_shared_between_models(checkpoints, tmp_pat
     torch.testing.assert_close(again.states(ids, mask), got)
     assert again.states.cache.misses == 0  # read from the shards the first model wrote
     assert not any(p is q for p in model.parameters() for q in states.base.parameters())  # not trained, not saved
+
+
+def test_upcycled_copies_become_different_experts(checkpoints, tmp_path):
+    """Copies of one MLP under a zero-weight gate would get identical gradients forever; random gate weights give
+    each copy its own, while step 0 still computes the pretrained function (test above)."""
+    model, encoder = _model(checkpoints["llama"], tmp_path, "model.trunk.mode=upcycle", "model.n_shared_experts=2")
+    model.train()
+    ids, mask = _batch(encoder)
+    labels = {"sentiment": torch.tensor([0, 1, 1])}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(ids, mask, labels=labels).loss.backward()
+        optimizer.step()
+    copies = model.expert_blocks()[0].shared.experts
+    a, b = (dict(c.named_parameters()) for c in copies)
+    assert any(not torch.equal(a[k], b[k]) for k in a)
