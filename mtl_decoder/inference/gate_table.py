@@ -200,6 +200,40 @@ def weights_sha256(saved: SavedModel) -> str | None:
 
 # ------------------------------------------------------------------------------------------ building
 
+Plan = list[tuple[str, torch.Tensor, list[tuple[Any, int, torch.Tensor]]] | tuple[str, int]]
+"""An expert block's routes in output order: (gate name, the rows of the block's input the gate reads, and per
+weight column (expert group, expert, the rows of the input that expert reads for it)), or (SHARED, rows) for ple's
+last layer, whose shared route gets no update."""
+
+
+def _plan(block: ExpertBlock, M_in: int, layout: RouteLayout, fork: bool, device: torch.device) -> Plan:
+    """What ``ExpertBlock.forward(x, layout, fork)`` computes, gate by gate (see ``ExpertBlock``: ple's routes hold
+    the same tokens in the same order; at a fork every route reads the bottom's tokens)."""
+    everyone = torch.arange(M_in, device=device)
+
+    def columns(group, rows: torch.Tensor) -> list[tuple[Any, int, torch.Tensor]]:
+        return [(group, e, rows) for e in range(group.n_experts)]
+
+    plan: Plan = []
+    if block.variant.shared_route:
+        shared_rows = everyone if fork else everyone[layout.tokens(SHARED)]
+        task_rows = {}
+        for name in (n for n in layout.names if n != SHARED):
+            task_rows[name] = everyone if fork else everyone[layout.tokens(name)]
+            cols = columns(block.task_experts[name], task_rows[name]) + columns(block.shared, shared_rows)
+            plan.append((name, task_rows[name], cols))
+        if block.shared_gate is not None:
+            cols = [c for n in task_rows for c in columns(block.task_experts[n], task_rows[n])]
+            plan.append((SHARED, shared_rows, cols + columns(block.shared, shared_rows)))
+        else:
+            plan.append((SHARED, len(shared_rows)))
+    else:
+        for r, name in enumerate(layout.names):
+            rows = everyone[layout.reads(r, fork)]
+            cols = columns(block.task_experts[name], rows) if name in block.task_experts else []
+            plan.append((name, rows, cols + columns(block.shared, rows)))
+    return plan
+
 
 def _gates(model) -> list[tuple[int, str, Gate, ExpertBlock]]:
     out = []
@@ -233,12 +267,22 @@ def build_gate_table(
         raise UserError(f"{saved.directory}: the model has no gates (model.ffn={model.cfg.ffn}): nothing to tabulate")
     seen: dict[tuple[int, str], list[tuple[torch.Tensor, torch.Tensor]]] = {(i, n): [] for i, n, _, _ in gates}
     handles = []
-    for layer, name, gate, _ in gates:
+    for layer, block in enumerate(model.expert_blocks()):
+        if block is None:
+            continue
 
-        def record(module, inputs, output, key=(layer, name)):
-            seen[key].append((inputs[0].detach().float().norm(dim=-1).cpu(), output.detach().float().cpu()))
+        # the block's inputs and the gate weights it returns (however it computes them): each gate's input norms
+        def record(module, args, kwargs, output, layer=layer):
+            x = args[0]
+            layout = args[1] if len(args) > 1 else kwargs["layout"]
+            fork = args[2] if len(args) > 2 else kwargs.get("fork", False)
+            weights = output[1]
+            for entry in _plan(module, x.shape[0], layout, fork, x.device):
+                if len(entry) == 3 and entry[0] in weights:
+                    norms = x[entry[1]].detach().float().norm(dim=-1).cpu()
+                    seen[(layer, entry[0])].append((norms, weights[entry[0]].detach().float().cpu()))
 
-        handles.append(gate.register_forward_hook(record))
+        handles.append(block.register_forward_hook(record, with_kwargs=True))
     records = 0
     try:
         predictor = Predictor.from_saved(saved, batch_size, workers=1)
@@ -346,32 +390,7 @@ class _TableBlock:
         block = self.block
         M_in = x.shape[0]
         device = x.device
-        everyone = torch.arange(M_in, device=device)
-
-        def rows_of(span) -> torch.Tensor:
-            return everyone[span]
-
-        plan: list[tuple[str, torch.Tensor, list[tuple[Any, int, torch.Tensor]]] | tuple[str, int]] = []
-        if block.variant.shared_route:
-            shared_rows = everyone if fork else rows_of(layout.tokens(SHARED))
-            task_rows = {}
-            for name in (n for n in layout.names if n != SHARED):
-                task_rows[name] = everyone if fork else rows_of(layout.tokens(name))
-                cols = self._columns(block.task_experts[name], task_rows[name]) + self._columns(
-                    block.shared, shared_rows
-                )
-                plan.append((name, task_rows[name], cols))
-            if block.shared_gate is not None:
-                cols = [c for n in task_rows for c in self._columns(block.task_experts[n], task_rows[n])]
-                plan.append((SHARED, shared_rows, cols + self._columns(block.shared, shared_rows)))
-            else:
-                plan.append((SHARED, len(shared_rows)))
-        else:
-            for r, name in enumerate(layout.names):
-                rows = rows_of(layout.reads(r, fork))
-                cols = self._columns(block.task_experts[name], rows) if name in block.task_experts else []
-                plan.append((name, rows, cols + self._columns(block.shared, rows)))
-
+        plan = _plan(block, M_in, layout, fork, device)
         gates: dict[str, torch.Tensor] = {}
         needed: dict[tuple[int, int], torch.Tensor] = {}
         possible: dict[tuple[int, int], torch.Tensor] = {}
@@ -421,10 +440,6 @@ class _TableBlock:
                 out.addcmul_(weights[:, j : j + 1].to(y.dtype), picked)
             outs.append(out)
         return torch.cat(outs), gates
-
-    @staticmethod
-    def _columns(group, rows: torch.Tensor) -> list[tuple[Any, int, torch.Tensor]]:
-        return [(group, e, rows) for e in range(group.n_experts)]
 
     def _weights(self, name: str, x: torch.Tensor, block: ExpertBlock) -> torch.Tensor:
         """(M, E): the bucket's mean weights (the real gate's near an edge), under-threshold experts dropped."""
