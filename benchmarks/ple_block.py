@@ -1,19 +1,33 @@
-"""Forward + backward speed of one expert block (`cgc`), against the naive way of computing the same thing.
+"""Forward + backward speed of one expert block, against the recompute-per-task formulation of the same function.
 
-    python benchmarks/ple_block.py [--tasks 2] [--json]
+    python benchmarks/ple_block.py [--ffn ple|cgc|mmoe|cgc_stacked|mmoe_stacked] [--tasks 2] [--json]
 
-The batch is a mixed multi-task batch: --batch sentences of --seq tokens, split evenly between the tasks, every
-token on exactly one task's route (what a training step with one label per example sees).
+The layer timed is the one a model of that variant spends its expert time in:
 
-- optimised: mtl_decoder's ExpertBlock; every expert runs once, on exactly the tokens that read it.
-- naive: the seed article's reference module: for each task, every shared expert and each of that task's experts
-  (separate SwiGLU weights per expert) run on every row of the batch, the task's gate mixes them, and the result is
-  masked to that task's rows. Shared experts are recomputed once per task.
+- ple: a middle layer (not the first, which forks, nor the last, which has no shared gate). Every example runs
+  K task routes and the shared route: the block reads (K+1) x M packed tokens and writes as many.
+- cgc, mmoe: their one expert layer, which forks the shared bottom: the block reads the M bottom tokens and writes
+  the tokens of every task route. --labels one (default): the batch is split evenly between the tasks, every
+  example on one task's route (a training step with one label per example); --labels all: every example on every
+  task's route (prediction of all tasks).
+- cgc_stacked, mmoe_stacked: a layer above the fork; the routes' tokens are disjoint (--labels one).
 
-Both run on identical weights (the naive module holds copies) and their outputs are checked equal first. Timings
-alternate between the two in one run and report the median of --repeats; the machine's fp32 matmul rate is
-measured in the same run. `gflops` counts only the expert matmuls the optimised block needs (for each expert, the
-up (C x 2H) and down (H x C) matmuls on the tokens that use it), x3 for forward + backward.
+The recompute-per-task formulation (the seed article's reference module): for each task, its experts and every
+shared expert (separate SwiGLU weights per expert) run on every row of that task's input, the task's gate mixes
+them, and for cgc/mmoe the result is masked to the task's rows. Shared experts are recomputed once per task. Under
+ple each task's input is its own route and the shared experts read the shared route; the shared gate mixes the
+outputs already computed. Expert passes over M tokens, per layer (n_t task experts per task, n_s shared):
+
+    variant                  recompute per task    each expert once (ours)    ideal speedup
+    ple                      K (n_t + n_s)         K n_t + n_s                K (n_t + n_s) / (K n_t + n_s)
+    cgc, --labels one        K (n_t + n_s)         n_t + n_s                  K
+    cgc, --labels all        K (n_t + n_s)         K n_t + n_s                K (n_t + n_s) / (K n_t + n_s)
+    mmoe                     K n_s                 n_s                        K
+
+Both modules hold identical weights and their outputs are checked equal first. Timings alternate between the two
+and a bare fp32 matmul (2048 x 2048, the machine's measured peak) within one run, each round in a different
+order, and report the median of --repeats rounds. `gflops` counts only the expert matmuls the block needs (for each
+expert, the up (C x 2H) and down (H x C) matmuls on the tokens that read it), x3 for forward + backward.
 """
 
 from __future__ import annotations
@@ -24,16 +38,18 @@ import os
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mtl_decoder.config import SHARED, VARIANTS
 from mtl_decoder.model import ExpertBlock, RouteLayout
 
 
-class NaiveCGC(nn.Module):
-    """The reference formulation: per task, all its experts and all shared experts on all rows, then a mask."""
+class RecomputePerTask(nn.Module):
+    """The reference formulation: per task, all its experts and all shared experts on all of its input rows."""
 
     def __init__(self, block: ExpertBlock):
         super().__init__()
@@ -44,14 +60,16 @@ class NaiveCGC(nn.Module):
             w_out = [group.w_out.detach()[e].clone() for e in range(group.n_experts)]
             return nn.ParameterList([nn.Parameter(w) for pair in zip(w_in, w_out, strict=True) for w in pair])
 
+        def linear(gate) -> nn.Linear:
+            out = nn.Linear(gate.proj.in_features, gate.proj.out_features)
+            out.load_state_dict(gate.proj.state_dict())
+            return out
+
         self.hidden = block.shared.hidden
         self.shared = experts(block.shared)
         self.task_experts = nn.ModuleDict({t: experts(g) for t, g in block.task_experts.items()})
-        self.gates = nn.ModuleDict()
-        for t, gate in block.task_gates.items():
-            linear = nn.Linear(gate.proj.in_features, gate.proj.out_features)
-            linear.load_state_dict(gate.proj.state_dict())
-            self.gates[t] = linear
+        self.gates = nn.ModuleDict({t: linear(g) for t, g in block.task_gates.items()})
+        self.shared_gate = linear(block.shared_gate) if block.shared_gate is not None else None
 
     def _run(self, params: nn.ParameterList, x: torch.Tensor) -> list[torch.Tensor]:
         outs = []
@@ -60,30 +78,61 @@ class NaiveCGC(nn.Module):
             outs.append((F.silu(gate) * up) @ w_out)
         return outs
 
-    def forward(self, x: torch.Tensor, task_masks: dict[str, torch.Tensor]) -> torch.Tensor:
-        y = torch.zeros_like(x)
-        for task, mask in task_masks.items():
-            outs = self._run(self.task_experts[task], x) + self._run(self.shared, x)  # gate order: own, shared
-            weights = self.gates[task](x).float().softmax(-1)
-            mixed = sum(weights[:, e : e + 1] * out for e, out in enumerate(outs))
-            y = y + mixed * mask.unsqueeze(-1)
-        return y
+    def _mix(self, gate: nn.Linear, x: torch.Tensor, outs: list[torch.Tensor]) -> torch.Tensor:
+        weights = gate(x).float().softmax(-1)
+        return sum(weights[:, e : e + 1] * out for e, out in enumerate(outs))
+
+    def _own(self, task: str, x: torch.Tensor) -> list[torch.Tensor]:
+        return self._run(self.task_experts[task], x) if task in self.task_experts else []
+
+    def progressive(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """ple: ``inputs`` route -> (M, C); the output's routes in the same order (the shared route last)."""
+        outs, own_outs, shared_outs = [], [], []
+        for task, x in inputs.items():
+            if task == SHARED:
+                continue
+            own = self._own(task, x)
+            shared_outs = self._run(self.shared, inputs[SHARED])  # recomputed for every task
+            outs.append(self._mix(self.gates[task], x, own + shared_outs))
+            own_outs += own
+        outs.append(self._mix(self.shared_gate, inputs[SHARED], own_outs + shared_outs))
+        return torch.cat(outs)
+
+    def per_task(self, x: torch.Tensor, masks: dict[str, torch.Tensor] | None) -> torch.Tensor:
+        """cgc/mmoe: every task on every row of x; masked to each task's rows (``masks``), or one block of rows per
+        task (``masks`` None: every example on every task)."""
+        outs = [self._mix(self.gates[t], x, self._own(t, x) + self._run(self.shared, x)) for t in self.gates]
+        if masks is None:
+            return torch.cat(outs)
+        return sum(out * masks[t].unsqueeze(-1) for t, out in zip(self.gates, outs, strict=True))
 
 
-def matmul_gflops(n: int, repeats: int = 5) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
+def matmul_seconds(a: torch.Tensor, b: torch.Tensor, repeats: int = 2) -> float:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         a @ b
         times.append(time.perf_counter() - start)
-    return 2 * n**3 / min(times) / 1e9
+    return min(times)
+
+
+def cpu_name() -> tuple[str, bool]:
+    """The CPU's model name and whether it has AVX-512 (Linux /proc/cpuinfo; the platform's name elsewhere)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return platform.processor() or platform.machine(), False
+    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "")
+    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
+    return name or platform.machine(), any(f.startswith("avx512") for f in flags)
 
 
 def main() -> None:
+    gated = [name for name, v in VARIANTS.items() if v.gated]
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ffn", choices=gated, default="ple", help="the variant whose expert layer is timed")
     ap.add_argument("--tasks", type=int, default=2)
+    ap.add_argument("--labels", choices=["one", "all"], default="one", help="cgc/mmoe: tasks per example")
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--shared", type=int, default=2, help="shared experts")
     ap.add_argument("--experts", type=int, default=2, help="experts per task")
@@ -96,108 +145,137 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
-    if args.batch % args.tasks:
+    variant = VARIANTS[args.ffn]
+    K = args.tasks
+    labels = "all" if variant.shared_route else args.labels
+    fork = not variant.shared_route and variant.expert_layers is not None  # single-level: the fork layer
+    if labels == "one" and args.batch % K:
         ap.error("--batch must be a multiple of --tasks")
+    if labels == "all" and not fork and not variant.shared_route:
+        ap.error("--labels all is for ple, cgc and mmoe (a stacked layer above the fork is timed on disjoint routes)")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
     C, H, B, T = args.d_model, args.hidden, args.batch, args.seq
-    tasks = [f"task{i}" for i in range(args.tasks)]
-    block = ExpertBlock("cgc", tasks, C, args.shared, args.experts, H, 0.7, shared_gate=True)
+    tasks = [f"task{i}" for i in range(K)]
+    block = ExpertBlock(variant, tasks, C, args.shared, args.experts, H, 0.7, shared_gate=True)
     with torch.no_grad():  # trained-like weights: non-zero down projections and gates
         for p in block.parameters():
             p.add_(torch.randn_like(p) * 0.02)
-    per_task = B // args.tasks
-    routes = {t: torch.arange(i * per_task, (i + 1) * per_task) for i, t in enumerate(tasks)}
-    layout = RouteLayout.build(routes, torch.ones(B, T, dtype=torch.bool))
-    M = layout.token_index.shape[0]
-    # Routes are contiguous blocks of sentences, so the packed order is the batch order: the naive module reads
-    # the same (M, C) matrix with a per-task row mask.
-    task_masks = {}
-    for t in tasks:
-        mask = torch.zeros(M)
-        mask[layout.tokens(t)] = 1.0
-        task_masks[t] = mask
-    naive = NaiveCGC(block)
+    reference = RecomputePerTask(block)
+    n_t = args.experts if variant.task_experts else 0
+    n_s = args.shared
+    everyone = torch.arange(B)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    if variant.shared_route:
+        layout = RouteLayout.build({**{t: everyone for t in tasks}, SHARED: everyone}, mask)
+    elif labels == "all":
+        layout = RouteLayout.build({t: everyone for t in tasks}, mask, fork=True)
+    else:  # routes are contiguous blocks of sentences, so the routes' packed order is the batch order
+        per_task = B // K
+        layout = RouteLayout.build(
+            {t: everyone[i * per_task : (i + 1) * per_task] for i, t in enumerate(tasks)}, mask, fork=fork
+        )
+    M = B * T  # tokens per example set (the bottom's tokens; a route's under ple or --labels all)
+    x = torch.randn(M * (K + 1) if variant.shared_route else M, C, requires_grad=True)
+    masks = None
+    if labels == "one":
+        masks = {}
+        for t in tasks:
+            masks[t] = torch.zeros(M)
+            masks[t][layout.tokens(t)] = 1.0
 
-    x = torch.randn(M, C, requires_grad=True)
-    dy = torch.randn(M, C)
+    def optimised() -> torch.Tensor:
+        return block(x, layout, fork=fork)[0]
+
+    def recompute() -> torch.Tensor:
+        if variant.shared_route:
+            return reference.progressive({name: x[layout.tokens(name)] for name in layout.names})
+        return reference.per_task(x, masks)
+
     with torch.no_grad():
-        diff = (block(x, layout)[0] - naive(x, task_masks)).abs().max().item()
+        y = optimised()
+        diff = (y - recompute()).abs().max().item()
     if diff > 1e-4:
-        raise SystemExit(f"optimised and naive outputs differ by {diff}")
+        raise SystemExit(f"optimised and recompute-per-task outputs differ by {diff}")
+    dy = torch.randn_like(y)
 
-    def optimised_step() -> None:
-        block.zero_grad(set_to_none=True)
+    def step(forward, module) -> None:
+        module.zero_grad(set_to_none=True)
         x.grad = None
-        block(x, layout)[0].backward(dy)
+        forward().backward(dy)
 
-    def naive_step() -> None:
-        naive.zero_grad(set_to_none=True)
-        x.grad = None
-        naive(x, task_masks).backward(dy)
-
-    def timed(step) -> float:
+    def timed(forward, module) -> float:
         start = time.perf_counter()
         for _ in range(args.iters):
-            step()
+            step(forward, module)
         return (time.perf_counter() - start) / args.iters
 
-    peak_before = max(matmul_gflops(1024), matmul_gflops(2048))
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    runs = {
+        "optimised": lambda: timed(optimised, block),
+        "recompute": lambda: timed(recompute, reference),
+        "peak": lambda: matmul_seconds(a, b),
+    }
     for _ in range(2):  # warm-up
-        optimised_step()
-        naive_step()
-    opt_times, naive_times = [], []
-    for r in range(args.repeats):  # alternate, and swap which goes first, to share any drift
-        if r % 2:
-            naive_times.append(timed(naive_step))
-            opt_times.append(timed(optimised_step))
-        else:
-            opt_times.append(timed(optimised_step))
-            naive_times.append(timed(naive_step))
-    peak = max(peak_before, matmul_gflops(1024), matmul_gflops(2048))
+        for run in runs.values():
+            run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    order = list(runs)
+    for r in range(args.repeats):  # alternate, rotating which goes first, to share any drift
+        for name in order[r % 3 :] + order[: r % 3]:
+            times[name].append(runs[name]())
 
-    t_opt, t_naive = statistics.median(opt_times), statistics.median(naive_times)
-    expert_tokens = args.shared * M + args.experts * M  # shared experts on every token, each task's on its own
-    flops = 3 * expert_tokens * (2 * C * 2 * H + 2 * H * C)
-    naive_expert_tokens = args.tasks * (args.shared + args.experts) * M
+    t_opt, t_ref = statistics.median(times["optimised"]), statistics.median(times["recompute"])
+    peak = 2 * 2048**3 / statistics.median(times["peak"]) / 1e9
+    per_token = 3 * (2 * C * 2 * H + 2 * H * C)  # forward + backward flops of one expert on one token
+    routes_per_example = 1 if labels == "one" else K
+    needed = n_s * M + n_t * M * routes_per_example  # expert passes over tokens
+    recomputed = K * (n_t + n_s) * M  # every task: its experts and every shared expert on all of its M rows
+    cpu, avx512 = cpu_name()
     result = {
         "benchmark": "ple_block",
-        "variant": "cgc",
-        "tasks": args.tasks,
+        "variant": args.ffn,
+        "layer": "middle layer" if not fork else "fork (the one expert layer)",
+        "labels": labels,
+        "tasks": K,
         "d_model": C,
         "expert_hidden": H,
-        "n_shared_experts": args.shared,
-        "n_task_experts": args.experts,
+        "n_shared_experts": n_s,
+        "n_task_experts": n_t,
         "batch": B,
         "seq": T,
-        "tokens": M,
+        "tokens_in": x.shape[0],
+        "tokens_out": y.shape[0],
         "threads": torch.get_num_threads(),
         "repeats": args.repeats,
         "iters": args.iters,
         "ms_per_step": round(t_opt * 1e3, 2),
-        "naive_ms_per_step": round(t_naive * 1e3, 2),
-        "tokens_per_s": round(M / t_opt, 1),
-        "naive_tokens_per_s": round(M / t_naive, 1),
-        "speedup": round(t_naive / t_opt, 3),
-        "ideal_speedup": round(naive_expert_tokens / expert_tokens, 3),
-        "gflops": round(flops / t_opt / 1e9, 1),
+        "recompute_ms_per_step": round(t_ref * 1e3, 2),
+        "speedup": round(t_ref / t_opt, 3),
+        "ideal_speedup": round(recomputed / needed, 3),
+        "fraction_of_ideal": round(t_ref / t_opt / (recomputed / needed), 3),
+        "gflops": round(needed * per_token / t_opt / 1e9, 1),
+        "recompute_gflops": round(recomputed * per_token / t_ref / 1e9, 1),
         "peak_gflops": round(peak, 1),
-        "fraction_of_peak": round(flops / t_opt / 1e9 / peak, 3),
+        "fraction_of_peak": round(needed * per_token / t_opt / 1e9 / peak, 3),
         "max_abs_diff": diff,
+        "cpu": cpu,
+        "avx512": avx512,
         "load_average_1m": round(os.getloadavg()[0], 2),  # other processes on the machine skew every timing
         "torch": torch.__version__,
-        "machine": platform.machine(),
     }
     if args.json:
         print(json.dumps(result))
     else:
         r = result
         print(
-            f"cgc block, {args.tasks} tasks, {M} tokens: {r['tokens_per_s']:.0f} tok/s optimised vs "
-            f"{r['naive_tokens_per_s']:.0f} naive ({r['speedup']:.2f}x, ideal {r['ideal_speedup']:.2f}x); "
-            f"{r['gflops']:.0f} GFLOP/s = {r['fraction_of_peak']:.0%} of {r['peak_gflops']:.0f} peak"
+            f"{args.ffn} block ({r['layer']}), {K} tasks, {r['tokens_in']} tokens in: {r['ms_per_step']:.1f} ms vs "
+            f"{r['recompute_ms_per_step']:.1f} recompute-per-task: {r['speedup']:.2f}x "
+            f"(ideal {r['ideal_speedup']:.2f}x, {r['fraction_of_ideal']:.0%} of it); "
+            f"{r['gflops']:.0f} GFLOP/s = {r['fraction_of_peak']:.0%} of "
+            f"{r['peak_gflops']:.0f} measured fp32 matmul peak ({cpu}{', AVX-512' if avx512 else ', no AVX-512'})"
         )
 
 

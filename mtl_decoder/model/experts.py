@@ -132,10 +132,72 @@ class ExpertGroup(nn.Module):
         nn.init.zeros_(self.w_out)  # residual-branch output starts at zero: the layer is the identity at init
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        M = x.shape[0]
-        h = (x @ self.w_in).view(M, self.n_experts, 2, self.hidden)  # (M, E, 2, H)
-        h = F.silu(h[:, :, 0]) * h[:, :, 1]  # (M, E, H)
-        return torch.bmm(h.transpose(0, 1), self.w_out)  # (E, M, C)
+        """(M, C) -> (E, M, C): every expert on every token."""
+        return _SwiGLUExperts.apply(x, self.w_in, self.w_out)
+
+
+def _compute_dtype(x: torch.Tensor, *weights: torch.Tensor) -> torch.dtype:
+    """The dtype autocast would give a matmul of these (its dtype where it is on), else the promoted dtype."""
+    device = x.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return torch.result_type(x, weights[0]) if weights else x.dtype
+
+
+def _swiglu(h: torch.Tensor, a: torch.Tensor) -> None:
+    """a = silu(gate) * up, written into ``a`` (any layout of h's shape without the gate/up axis); h (..., 2, H)."""
+    torch.ops.aten.silu.out(h[..., 0, :], out=a)
+    a.mul_(h[..., 1, :])
+
+
+def _swiglu_backward(h: torch.Tensor, da: torch.Tensor, dh: torch.Tensor) -> None:
+    """The gradient of ``_swiglu`` with respect to h, written into dh (h's shape): d up = da * silu(gate), d gate =
+    da * up * silu'(gate); no zero-filled gradients of the gate/up halves added together, as autograd would do."""
+    g, u = h[..., 0, :], h[..., 1, :]
+    d_gate, d_up = dh[..., 0, :], dh[..., 1, :]
+    torch.ops.aten.silu.out(g, out=d_up)
+    d_up.mul_(da)
+    torch.mul(da, u, out=d_gate)
+    torch.ops.aten.silu_backward.grad_input(d_gate, g, grad_input=d_gate)
+
+
+class _SwiGLUExperts(torch.autograd.Function):
+    """E SwiGLU experts on the same tokens, forward and backward written out (``_swiglu``): hidden activations are
+    kept expert-major, so each down matmul is one contiguous batched matmul."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
+        M, (E, H, _) = x.shape[0], w_out.shape
+        dtype = _compute_dtype(x, w_in)
+        with torch.autocast(x.device.type, enabled=False):
+            xc, wi, wo = x.to(dtype), w_in.to(dtype), w_out.to(dtype)
+            h = (xc @ wi).view(M, E, 2, H)
+            a = xc.new_empty(E, M, H)
+            _swiglu(h, a.transpose(0, 1))
+            y = torch.bmm(a, wo)  # (E, M, C)
+        ctx.save_for_backward(xc, wi, wo, h, a)
+        ctx.dtypes = (x.dtype, w_in.dtype, w_out.dtype)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        xc, wi, wo, h, a = ctx.saved_tensors
+        M, E, _, H = h.shape
+        x_dtype, in_dtype, out_dtype = ctx.dtypes
+        with torch.autocast(xc.device.type, enabled=False):
+            dy = dy.to(wo.dtype)
+            d_out = torch.bmm(a.transpose(1, 2), dy) if ctx.needs_input_grad[2] else None  # (E, H, C)
+            da = torch.bmm(dy, wo.transpose(1, 2))  # (E, M, H)
+            dh = torch.empty_like(h)  # (M, E, 2, H)
+            _swiglu_backward(h, da.transpose(0, 1), dh)
+            dh = dh.view(M, E * 2 * H)
+            d_in = xc.t() @ dh if ctx.needs_input_grad[1] else None
+            dx = dh @ wi.t() if ctx.needs_input_grad[0] else None
+        return (
+            None if dx is None else dx.to(x_dtype),
+            None if d_in is None else d_in.to(in_dtype),
+            None if d_out is None else d_out.to(out_dtype),
+        )
 
 
 def shared_logit_bias(initial_shared_weight: float, n_own: int, n_shared: int) -> float:
@@ -170,13 +232,192 @@ class Gate(nn.Module):
 
 def mix(weights: torch.Tensor, outputs: list[torch.Tensor]) -> torch.Tensor:
     """sum_e weights[:, e] * expert_e, where ``outputs`` are (E_i, M, C) pieces in the gate's expert order."""
-    total, e = None, 0
-    for y in outputs:
-        for y_e in y:  # one fused multiply-add per expert: no (E_i, M, C) temporary
-            w = weights[:, e : e + 1].to(y.dtype)  # (M, 1)
-            total = w * y_e if total is None else torch.addcmul(total, w, y_e)
-            e += 1
-    return total
+    return _Mix.apply(weights, *outputs)
+
+
+class _Mix(torch.autograd.Function):
+    """A gate's weighted sum of expert outputs: one fused multiply-add per expert forward (no (E, M, C) temporary);
+    backward, each weight's gradient as a batched dot product and each piece's gradient in one pass."""
+
+    @staticmethod
+    def forward(ctx, weights: torch.Tensor, *pieces: torch.Tensor) -> torch.Tensor:
+        w = weights.to(pieces[0].dtype)
+        total, e = None, 0
+        for y in pieces:
+            for y_e in y:
+                column = w[:, e : e + 1]  # (M, 1)
+                total = torch.mul(y_e, column) if total is None else total.addcmul_(y_e, column)
+                e += 1
+        ctx.save_for_backward(w, *pieces)
+        ctx.weights_dtype = weights.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx, d_total: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        w, *pieces = ctx.saved_tensors
+        d_weights = None
+        if ctx.needs_input_grad[0]:
+            d_weights = torch.cat([torch.einsum("mc,emc->me", d_total, y) for y in pieces], 1).to(ctx.weights_dtype)
+        d_pieces, e = [], 0
+        for i, y in enumerate(pieces):
+            n = y.shape[0]
+            d_pieces.append(w[:, e : e + n].t().unsqueeze(-1) * d_total if ctx.needs_input_grad[1 + i] else None)
+            e += n
+        return d_weights, *d_pieces
+
+
+@dataclass
+class _GatePlan:
+    """Where each of a ple layer's gates reads in the layer's expert order [task 0's, ..., task K-1's, shared]."""
+
+    sizes: list[int]
+    """Experts per gate (task gates, then the shared gate if there is one)."""
+    rows: torch.Tensor
+    """(sum sizes,) each gate's experts as rows of a (gates x experts) table, gate by gate in its own order."""
+    columns: list[torch.Tensor]
+    """Per gate, its experts' columns in the table."""
+    n_experts: int
+
+
+def _gates_and_mix(
+    x_gates: torch.Tensor, y: torch.Tensor, plan: _GatePlan, weights, biases, n_routes: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every gate of a ple layer and its weighted sum of the layer's expert outputs y (E, M, C), at once. Gate g (a
+    task route's, then the shared route's) is a row of one (gates, M, E) logit table, -inf where it does not read
+    an expert: one batched matmul gives every gate's logits, one softmax their weights, one batched product every
+    route's mix. Gates run in float32, the mix in y's dtype. Returns the (n_routes * M, C) output (routes without a
+    gate get zeros), the (G, M, E) weights, and the float32 inputs and table (for ``_gates_and_mix_backward``)."""
+    G, M, C = x_gates.shape
+    E = plan.n_experts
+    with torch.autocast(x_gates.device.type, enabled=False):
+        xg = x_gates.float()
+        table = xg.new_zeros(G * E, C).index_copy_(0, plan.rows, torch.cat([w.float() for w in weights]))
+        bias = xg.new_full((G * E,), float("-inf")).index_copy_(0, plan.rows, torch.cat([b.float() for b in biases]))
+        probs = torch.baddbmm(bias.view(G, 1, E), xg, table.view(G, E, C).transpose(1, 2)).softmax(-1)
+        mixed = torch.einsum("gme,emc->gmc", probs.to(y.dtype), y)
+        if n_routes > G:  # ple's last layer: the shared route gets no update
+            mixed = torch.cat([mixed, mixed.new_zeros(n_routes - G, M, C)])
+    return mixed.reshape(n_routes * M, C), probs, xg, table
+
+
+def _gates_and_mix_backward(
+    d_out: torch.Tensor,
+    d_probs: torch.Tensor | None,
+    y: torch.Tensor,
+    plan: _GatePlan,
+    probs: torch.Tensor,
+    xg: torch.Tensor,
+    table: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """d y (E, M, C), d x_gates (G, M, C) in float32, and the gates' weight and bias gradients in gate order."""
+    G, M, E = probs.shape
+    C = y.shape[-1]
+    with torch.autocast(xg.device.type, enabled=False):
+        d_mixed = d_out.reshape(-1, M, C)[:G].to(y.dtype)
+        d_y = torch.einsum("gme,gmc->emc", probs.to(y.dtype), d_mixed)
+        d_p = torch.einsum("gmc,emc->gme", d_mixed, y).float()
+        if d_probs is not None:
+            d_p = d_p + d_probs
+        d_logits = torch._softmax_backward_data(d_p, probs, -1, torch.float32)
+        d_table = torch.bmm(d_logits.transpose(1, 2), xg).view(G * E, C).index_select(0, plan.rows)
+        d_bias = d_logits.sum(1).view(G * E).index_select(0, plan.rows)
+        d_x = torch.bmm(d_logits, table.view(G, E, C))
+    return d_y, d_x, d_table, d_bias
+
+
+class _ProgressiveMix(torch.autograd.Function):
+    """``_gates_and_mix`` over expert outputs computed elsewhere (any expert modules)."""
+
+    @staticmethod
+    def forward(ctx, x_gates: torch.Tensor, n_routes: int, plan: _GatePlan, *tensors: torch.Tensor):
+        G = x_gates.shape[0]
+        n_pieces = len(tensors) - 2 * G
+        pieces, weights, biases = tensors[:n_pieces], tensors[n_pieces : n_pieces + G], tensors[n_pieces + G :]
+        y = torch.cat(pieces) if len(pieces) > 1 else pieces[0]  # (E, M, C)
+        out, probs, xg, table = _gates_and_mix(x_gates, y, plan, weights, biases, n_routes)
+        ctx.save_for_backward(xg, table, probs, y)
+        ctx.plan, ctx.x_dtype = plan, x_gates.dtype
+        ctx.piece_sizes = [p.shape[0] for p in pieces]
+        ctx.param_dtypes = [w.dtype for w in weights], [b.dtype for b in biases]
+        return out, probs
+
+    @staticmethod
+    def backward(ctx, d_out: torch.Tensor, d_probs: torch.Tensor | None):
+        xg, table, probs, y = ctx.saved_tensors
+        d_y, d_x, d_table, d_bias = _gates_and_mix_backward(d_out, d_probs, y, ctx.plan, probs, xg, table)
+        w_dtypes, b_dtypes = ctx.param_dtypes
+        d_weights = [d.to(t) for d, t in zip(d_table.split(ctx.plan.sizes), w_dtypes, strict=True)]
+        d_biases = [d.to(t) for d, t in zip(d_bias.split(ctx.plan.sizes), b_dtypes, strict=True)]
+        return d_x.to(ctx.x_dtype), None, None, *d_y.split(ctx.piece_sizes), *d_weights, *d_biases
+
+
+class _ProgressiveBlock(torch.autograd.Function):
+    """A whole ple layer of SwiGLU expert groups (``ExpertGroup``) and its gates, forward and backward written out
+    with the routes' matmuls grouped: the task groups' up matmuls as one batched matmul over routes (same shapes),
+    every expert's down matmul as one batched matmul over all the layer's experts, the SwiGLU in place, then
+    ``_gates_and_mix``. Inputs: x (R, M, C), the routes' tokens (task routes, then the shared route; an expanded view
+    of the bottom's tokens at a fork), the number of gates G, the gate plan, then the task groups' w_in (K), their
+    w_out (K), the shared group's w_in and w_out, the gates' weights (G) and biases (G)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, n_gates: int, plan: _GatePlan, *params: torch.Tensor):
+        R, M, _ = x.shape
+        K, G = R - 1, n_gates
+        w_in_t, w_out_t, (w_in_s, w_out_s) = params[:K], params[K : 2 * K], params[2 * K : 2 * K + 2]
+        weights, biases = params[2 * K + 2 : 2 * K + 2 + G], params[2 * K + 2 + G :]
+        (n_t, H, _), n_s = w_out_t[0].shape, w_out_s.shape[0]
+        dtype = _compute_dtype(x, w_in_s)
+        with torch.autocast(x.device.type, enabled=False):
+            xc = x.to(dtype)
+            wi_t = torch.stack([w.to(dtype) for w in w_in_t])  # (K, C, n_t * 2H)
+            wi_s = w_in_s.to(dtype)
+            wo = torch.cat([w.to(dtype) for w in (*w_out_t, w_out_s)])  # (E, H, C), the layer's expert order
+            h_t = torch.bmm(xc[:K], wi_t).view(K, M, n_t, 2, H)
+            h_s = (xc[K] @ wi_s).view(M, n_s, 2, H)
+            a = xc.new_empty(K * n_t + n_s, M, H)  # every expert's hidden activations, expert-major
+            _swiglu(h_t, a[: K * n_t].view(K, n_t, M, H).permute(0, 2, 1, 3))
+            _swiglu(h_s, a[K * n_t :].transpose(0, 1))
+            y = torch.bmm(a, wo)  # (E, M, C): every expert's output, one batched matmul
+        out, probs, xg, table = _gates_and_mix(x[:G], y, plan, weights, biases, R)
+        ctx.save_for_backward(xc, wi_t, wi_s, wo, h_t, h_s, a, y, probs, xg, table)
+        ctx.plan, ctx.shape = plan, (K, n_t)
+        ctx.dtypes = x.dtype, [p.dtype for p in params]
+        return out, probs
+
+    @staticmethod
+    def backward(ctx, d_out: torch.Tensor, d_probs: torch.Tensor | None):
+        xc, wi_t, wi_s, wo, h_t, h_s, a, y, probs, xg, table = ctx.saved_tensors
+        plan, (K, n_t) = ctx.plan, ctx.shape
+        x_dtype, param_dtypes = ctx.dtypes
+        R, M, C = xc.shape
+        G, H = probs.shape[0], a.shape[-1]
+        d_y, d_xg, d_table, d_bias = _gates_and_mix_backward(d_out, d_probs, y, plan, probs, xg, table)
+        with torch.autocast(xc.device.type, enabled=False):
+            d_wo = torch.bmm(a.transpose(1, 2), d_y)  # (E, H, C)
+            d_a = torch.bmm(d_y, wo.transpose(1, 2))  # (E, M, H)
+            d_h_t, d_h_s = torch.empty_like(h_t), torch.empty_like(h_s)
+            _swiglu_backward(h_t, d_a[: K * n_t].view(K, n_t, M, H).permute(0, 2, 1, 3), d_h_t)
+            _swiglu_backward(h_s, d_a[K * n_t :].transpose(0, 1), d_h_s)
+            d_h_t, d_h_s = d_h_t.view(K, M, -1), d_h_s.view(M, -1)
+            d_wi_t = torch.bmm(xc[:K].transpose(1, 2), d_h_t)  # (K, C, n_t * 2H)
+            d_wi_s = xc[K].t() @ d_h_s
+            d_x = xc.new_empty(R, M, C)
+            torch.bmm(d_h_t, wi_t.transpose(1, 2), out=d_x[:K])
+            torch.mm(d_h_s, wi_s.t(), out=d_x[K])
+            d_x[:G] += d_xg.to(d_x.dtype)
+        grads = [
+            *d_wi_t.unbind(),
+            *d_wo[: K * n_t].split(n_t),
+            d_wi_s,
+            d_wo[K * n_t :],
+            *d_table.split(plan.sizes),
+            *d_bias.split(plan.sizes),
+        ]
+        return d_x.to(x_dtype), None, None, *(g.to(t) for g, t in zip(grads, param_dtypes, strict=True))
+
+
+def _cat(outs: list[torch.Tensor]) -> torch.Tensor:
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 class ExpertBlock(nn.Module):
@@ -209,6 +450,7 @@ class ExpertBlock(nn.Module):
             if variant.shared_route and shared_gate
             else None
         )
+        self._plans: dict[tuple, _GatePlan] = {}
 
     def forward(
         self, x: torch.Tensor, layout: RouteLayout, fork: bool = False
@@ -226,40 +468,79 @@ class ExpertBlock(nn.Module):
         # Shared experts once per input token: each route's own tokens, or at a fork each bottom token once,
         # however many routes read it.
         y_shared = self.shared(x)  # (Es, M_in, C)
+        if fork:  # a route holding every bottom token reads x itself; the others gather theirs
+            reads = [layout.bottom_token[r] for r in range(len(layout.names))]
+            x_routes = [x if i is None else x[i] for i in reads]
+            y_routes = [y_shared if i is None else y_shared[:, i] for i in reads]
+        else:  # split (views): their gradients are put back together in one pass, not one zero-fill per route
+            counts = [end - start for start, end in layout.token_bounds]
+            x_routes, y_routes = x.split(counts), y_shared.split(counts, dim=1)
         outs, gates = [], {}
-        for r, name in enumerate(layout.names):
-            read = layout.reads(r, fork)
-            x_route = x[read]
+        for name, x_route, y_route in zip(layout.names, x_routes, y_routes, strict=True):
             weights = self.task_gates[name](x_route)  # (M_route, E)
-            pieces = [y_shared[:, read]]
+            pieces = [y_route]
             if name in self.task_experts:
                 pieces.insert(0, self.task_experts[name](x_route))
             outs.append(mix(weights, pieces))
             gates[name] = weights
-        return torch.cat(outs), gates
+        return _cat(outs), gates
 
     def _progressive(
         self, x: torch.Tensor, layout: RouteLayout, fork: bool
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         # Every route holds the same tokens in the same order, so the routes' packed spans align row by row; at a
         # fork every route reads the bottom's tokens themselves.
-        x_shared = x if fork else x[layout.tokens(SHARED)]
-        y_shared = self.shared(x_shared)  # (Es, M, C)
-        outs, gates, y_tasks = [], {}, []
-        for name in (n for n in layout.names if n != SHARED):
-            x_route = x if fork else x[layout.tokens(name)]
-            y_task = self.task_experts[name](x_route)  # (Ek, M, C)
-            weights = self.task_gates[name](x_route)
-            outs.append(mix(weights, [y_task, y_shared]))
-            gates[name] = weights
-            y_tasks.append(y_task)
-        if self.shared_gate is not None:
-            weights = self.shared_gate(x_shared)
-            outs.append(mix(weights, [*y_tasks, y_shared]))
-            gates[SHARED] = weights
-        else:  # last layer: nothing reads the shared route after it, so it gets no update
-            outs.append(torch.zeros_like(x_shared))
-        return torch.cat(outs), gates
+        tasks = [n for n in layout.names if n != SHARED]
+        if layout.names != [*tasks, SHARED] or set(tasks) != set(self.task_experts):
+            raise ValueError(f"a ple layout holds every task's route, then '{SHARED}'; got {layout.names}")
+        R, M, C = len(layout.names), layout.token_bounds[0][1], x.shape[-1]
+        groups = [self.task_experts[t] for t in tasks] + [self.shared]
+        gates = [self.task_gates[t] for t in tasks] + ([self.shared_gate] if self.shared_gate is not None else [])
+        G = len(gates)
+        x_routes = x.view(R, M, C) if not fork else x.expand(R, M, C)  # each gate reads its route's tokens
+        gate_params = [g.proj.weight for g in gates] + [g.proj.bias for g in gates]
+        if self._groupable(groups, gates):
+            plan = self._gate_plan(tasks, [g.n_experts for g in groups], x.device)
+            group_params = [g.w_in for g in groups[:-1]] + [g.w_out for g in groups[:-1]] + [groups[-1].w_in]
+            out, probs = _ProgressiveBlock.apply(x_routes, G, plan, *group_params, groups[-1].w_out, *gate_params)
+        else:  # each group module on its route (any expert modules; hooked ones see their own calls)
+            inputs = dict.fromkeys(layout.names, x) if fork else dict(zip(layout.names, x.split(M), strict=True))
+            pieces = [group(inputs[name]) for group, name in zip(groups, layout.names, strict=True)]
+            plan = self._gate_plan(tasks, [p.shape[0] for p in pieces], x.device)
+            x_gates = x_routes if G == R else x_routes[:G]
+            out, probs = _ProgressiveMix.apply(x_gates, R, plan, *pieces, *gate_params)
+        names = [*tasks, SHARED][:G]
+        return out, {name: probs[g].index_select(1, plan.columns[g]) for g, name in enumerate(names)}
+
+    @staticmethod
+    def _groupable(groups: list[nn.Module], gates: list[nn.Module]) -> bool:
+        """The fused ple layer applies: plain SwiGLU groups (task groups of one shape) and no hook on any group or
+        gate (diagnostics hook them to watch each call: they get the per-group path, equal up to float rounding)."""
+        if not all(type(g) is ExpertGroup for g in groups) or len({g.w_in.shape for g in groups[:-1]}) > 1:
+            return False
+        watched = (m for m in (*groups, *gates) if m._forward_hooks or m._forward_pre_hooks)
+        global_hooks = nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks
+        return not global_hooks and next(watched, None) is None
+
+    def _gate_plan(self, tasks: list[str], group_sizes: list[int], device: torch.device) -> _GatePlan:
+        key = (tuple(tasks), tuple(group_sizes), self.shared_gate is not None, str(device))
+        plan = self._plans.get(key)
+        if plan is None:
+            E = sum(group_sizes)
+            starts = [sum(group_sizes[:i]) for i in range(len(group_sizes))]
+            shared = list(range(starts[-1], E))
+            columns = [list(range(starts[k], starts[k] + group_sizes[k])) + shared for k in range(len(tasks))]
+            if self.shared_gate is not None:
+                columns.append(list(range(E)))
+            rows = [g * E + c for g, cols in enumerate(columns) for c in cols]
+            plan = _GatePlan(
+                [len(c) for c in columns],
+                torch.tensor(rows, device=device),
+                [torch.tensor(c, device=device) for c in columns],
+                E,
+            )
+            self._plans[key] = plan
+        return plan
 
     def expert_names(self, gate: str, tasks: list[str]) -> list[str]:
         """The experts a gate mixes, in its weight order."""
