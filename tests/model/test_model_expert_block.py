@@ -198,3 +198,62 @@ def test_fork_runs_shared_experts_once_per_bottom_token(variant):
         block(x, layout, fork=True)
     hook.remove()
     assert seen == [x.shape[0]]
+
+
+@pytest.mark.parametrize(("shared_gate", "fork"), [(True, False), (False, False), (True, True)])
+def test_ple_fused_layer_equals_the_per_group_path(monkeypatch, shared_gate, fork):
+    """A ple layer of plain ExpertGroups runs as one fused function (no group module is called); a hook on a group
+    (what diagnostics do) gives the per-group path. Both compute the same outputs and gradients."""
+    if fork:
+        block, x, layout = build_fork("ple")
+        block.shared_gate = block.shared_gate if shared_gate else None
+    else:
+        block, x, layout = build("ple", shared_gate)
+    calls = []
+    original = ExpertGroup.forward
+    monkeypatch.setattr(ExpertGroup, "forward", lambda self, x: calls.append(1) or original(self, x))
+    g = torch.randn(layout.token_index.shape[0], C, generator=torch.Generator().manual_seed(7))
+
+    def run():
+        block.zero_grad(set_to_none=True)
+        x_in = x.clone().requires_grad_()
+        y, gates = block(x_in, layout, fork=fork)
+        (y * g).sum().backward()
+        return (
+            y.detach(),
+            {k: w.detach() for k, w in gates.items()},
+            x_in.grad,
+            {n: _grad(p) for n, p in block.named_parameters()},
+        )
+
+    fused = run()
+    assert calls == []  # no group module ran: the fused layer did
+    hook = block.shared.register_forward_hook(lambda *_: None)
+    per_group = run()
+    hook.remove()
+    assert len(calls) == len(TASKS) + 1
+    torch.testing.assert_close(fused[0], per_group[0], atol=1e-6, rtol=1e-5)
+    assert fused[1].keys() == per_group[1].keys() == set(TASKS) | ({SHARED} if shared_gate else set())
+    for name in fused[1]:
+        torch.testing.assert_close(fused[1][name], per_group[1][name], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(fused[2], per_group[2], atol=1e-6, rtol=1e-5)
+    for name in fused[3]:
+        torch.testing.assert_close(fused[3][name], per_group[3][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("variant", ["ple", "cgc", "mmoe"])
+def test_bf16_autocast_gradients_follow_fp32(variant):
+    """Under bf16 autocast the written-out backward passes give float32 parameter gradients close to fp32's."""
+    block, x, layout = build(variant)
+    g = torch.randn(x.shape, generator=torch.Generator().manual_seed(8))
+    grads = []
+    for precision in ("fp32", "bf16"):
+        block.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            y, _ = block(x, layout)
+        (y.float() * g).sum().backward()
+        grads.append({n: _grad(p) for n, p in block.named_parameters()})
+    for name, ref in grads[0].items():
+        got = grads[1][name]
+        assert got.dtype == torch.float32
+        assert (got - ref).abs().max() <= 0.05 * ref.abs().max() + 1e-3, name
