@@ -264,7 +264,7 @@ def add_build_gate_table(sub) -> None:
         type=float,
         default=DEFAULT_EDGE_MARGIN,
         help="run the real gate for a token this share of its bucket's width from an inner edge (default "
-        "%(default)s; 0.5: every token of the inner buckets)",
+        "%(default)s; 0.5: for every token, so that only the skipped experts approximate)",
     )
     p.add_argument("--batch-size", type=int, help="examples per batch (default: the run's data.eval_batch_size)")
     p.add_argument("--force", action="store_true", help="overwrite an existing table")
