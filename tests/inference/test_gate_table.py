@@ -105,6 +105,8 @@ def test_a_token_inside_a_bucket_reads_its_mean_and_one_near_an_edge_runs_the_ga
     assert stats.tokens == 4 and stats.full_gates == 2
     table.threshold = 0.15  # 0.1 is dropped, the rest renormalised
     assert torch.allclose(table._weights("a", x[:1], Block()), torch.tensor([[1.0, 0.0]]))
+    table.threshold, table.margin = 0.0, 0.5  # --edge-margin 0.5: every token's real gate
+    assert torch.allclose(table._weights("a", x, Block()), torch.full((4, 2), 0.5))
 
 
 def test_files_round_trip_without_pickles_and_are_refused_on_another_model(tmp_path):
