@@ -353,8 +353,9 @@ class _ProgressiveMix(torch.autograd.Function):
 
 class _ProgressiveBlock(torch.autograd.Function):
     """A whole ple layer of SwiGLU expert groups (``ExpertGroup``) and its gates, forward and backward written out
-    with the routes' matmuls grouped: the task groups' up matmuls as one batched matmul over routes (same shapes),
-    every expert's down matmul as one batched matmul over all the layer's experts, the SwiGLU in place, then
+    with the routes' matmuls grouped: the up matmuls of routes whose groups have one shape (the task groups; all
+    routes when there are as many shared experts as experts per task) as one batched matmul, the SwiGLU of each
+    such stack in place, every expert's down matmul as one batched matmul over all the layer's experts, then
     ``_gates_and_mix``. Inputs: x (R, M, C), the routes' tokens (task routes, then the shared route; an expanded view
     of the bottom's tokens at a fork), the number of gates G, the gate plan, then the task groups' w_in (K), their
     w_out (K), the shared group's w_in and w_out, the gates' weights (G) and biases (G)."""
@@ -363,53 +364,59 @@ class _ProgressiveBlock(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, n_gates: int, plan: _GatePlan, *params: torch.Tensor):
         R, M, _ = x.shape
         K, G = R - 1, n_gates
-        w_in_t, w_out_t, (w_in_s, w_out_s) = params[:K], params[K : 2 * K], params[2 * K : 2 * K + 2]
+        w_in = [*params[:K], params[2 * K]]  # per route: task groups, then the shared group
+        w_out = [*params[K : 2 * K], params[2 * K + 1]]
         weights, biases = params[2 * K + 2 : 2 * K + 2 + G], params[2 * K + 2 + G :]
-        (n_t, H, _), n_s = w_out_t[0].shape, w_out_s.shape[0]
-        dtype = _compute_dtype(x, w_in_s)
+        sizes, H = [w.shape[0] for w in w_out], w_out[0].shape[1]
+        stacks = [(0, R)] if sizes[0] == sizes[-1] else [(0, K), (K, R)]  # routes whose groups share a shape
+        dtype = _compute_dtype(x, w_in[0])
         with torch.autocast(x.device.type, enabled=False):
             xc = x.to(dtype)
-            wi_t = torch.stack([w.to(dtype) for w in w_in_t])  # (K, C, n_t * 2H)
-            wi_s = w_in_s.to(dtype)
-            wo = torch.cat([w.to(dtype) for w in (*w_out_t, w_out_s)])  # (E, H, C), the layer's expert order
-            h_t = torch.bmm(xc[:K], wi_t).view(K, M, n_t, 2, H)
-            h_s = (xc[K] @ wi_s).view(M, n_s, 2, H)
-            a = xc.new_empty(K * n_t + n_s, M, H)  # every expert's hidden activations, expert-major
-            _swiglu(h_t, a[: K * n_t].view(K, n_t, M, H).permute(0, 2, 1, 3))
-            _swiglu(h_s, a[K * n_t :].transpose(0, 1))
+            wo = torch.cat([w.to(dtype) for w in w_out])  # (E, H, C), the layer's expert order
+            a = xc.new_empty(sum(sizes), M, H)  # every expert's hidden activations, expert-major
+            w_stacks, h_stacks = [], []
+            for r0, r1 in stacks:
+                n, e0 = sizes[r0], sum(sizes[:r0])
+                wi = torch.stack([w.to(dtype) for w in w_in[r0:r1]])  # (S, C, n * 2H)
+                h = torch.bmm(xc[r0:r1], wi).view(r1 - r0, M, n, 2, H)
+                _swiglu(h, a[e0 : e0 + (r1 - r0) * n].view(r1 - r0, n, M, H).permute(0, 2, 1, 3))
+                w_stacks.append(wi)
+                h_stacks.append(h)
             y = torch.bmm(a, wo)  # (E, M, C): every expert's output, one batched matmul
         out, probs, xg, table = _gates_and_mix(x[:G], y, plan, weights, biases, R)
-        ctx.save_for_backward(xc, wi_t, wi_s, wo, h_t, h_s, a, y, probs, xg, table)
-        ctx.plan, ctx.shape = plan, (K, n_t)
+        ctx.save_for_backward(xc, wo, a, y, probs, xg, table, *w_stacks, *h_stacks)
+        ctx.plan, ctx.stacks, ctx.sizes = plan, stacks, sizes
         ctx.dtypes = x.dtype, [p.dtype for p in params]
         return out, probs
 
     @staticmethod
     def backward(ctx, d_out: torch.Tensor, d_probs: torch.Tensor | None):
-        xc, wi_t, wi_s, wo, h_t, h_s, a, y, probs, xg, table = ctx.saved_tensors
-        plan, (K, n_t) = ctx.plan, ctx.shape
+        xc, wo, a, y, probs, xg, table, *saved = ctx.saved_tensors
+        plan, stacks, sizes = ctx.plan, ctx.stacks, ctx.sizes
+        w_stacks, h_stacks = saved[: len(stacks)], saved[len(stacks) :]
         x_dtype, param_dtypes = ctx.dtypes
         R, M, C = xc.shape
-        G, H = probs.shape[0], a.shape[-1]
+        K, G, H = R - 1, probs.shape[0], a.shape[-1]
         d_y, d_xg, d_table, d_bias = _gates_and_mix_backward(d_out, d_probs, y, plan, probs, xg, table)
         with torch.autocast(xc.device.type, enabled=False):
             d_wo = torch.bmm(a.transpose(1, 2), d_y)  # (E, H, C)
             d_a = torch.bmm(d_y, wo.transpose(1, 2))  # (E, M, H)
-            d_h_t, d_h_s = torch.empty_like(h_t), torch.empty_like(h_s)
-            _swiglu_backward(h_t, d_a[: K * n_t].view(K, n_t, M, H).permute(0, 2, 1, 3), d_h_t)
-            _swiglu_backward(h_s, d_a[K * n_t :].transpose(0, 1), d_h_s)
-            d_h_t, d_h_s = d_h_t.view(K, M, -1), d_h_s.view(M, -1)
-            d_wi_t = torch.bmm(xc[:K].transpose(1, 2), d_h_t)  # (K, C, n_t * 2H)
-            d_wi_s = xc[K].t() @ d_h_s
             d_x = xc.new_empty(R, M, C)
-            torch.bmm(d_h_t, wi_t.transpose(1, 2), out=d_x[:K])
-            torch.mm(d_h_s, wi_s.t(), out=d_x[K])
+            d_wi = []
+            for (r0, r1), wi, h in zip(stacks, w_stacks, h_stacks, strict=True):
+                n, e0, S = sizes[r0], sum(sizes[:r0]), r1 - r0
+                d_h = torch.empty_like(h)
+                _swiglu_backward(h, d_a[e0 : e0 + S * n].view(S, n, M, H).permute(0, 2, 1, 3), d_h)
+                d_h = d_h.view(S, M, -1)
+                d_wi += torch.bmm(xc[r0:r1].transpose(1, 2), d_h).unbind()  # (C, n * 2H) per route
+                torch.bmm(d_h, wi.transpose(1, 2), out=d_x[r0:r1])
             d_x[:G] += d_xg.to(d_x.dtype)
+        d_wo = list(d_wo.split(sizes))
         grads = [
-            *d_wi_t.unbind(),
-            *d_wo[: K * n_t].split(n_t),
-            d_wi_s,
-            d_wo[K * n_t :],
+            *d_wi[:K],
+            *d_wo[:K],
+            d_wi[K],
+            d_wo[K],
             *d_table.split(plan.sizes),
             *d_bias.split(plan.sizes),
         ]

@@ -65,9 +65,11 @@ def reference(block: ExpertBlock, x: torch.Tensor, layout: RouteLayout) -> tuple
     return y, gates
 
 
-def build(variant: str, shared_gate: bool = True) -> tuple[ExpertBlock, torch.Tensor, RouteLayout]:
+def build(
+    variant: str, shared_gate: bool = True, n_task: int = N_TASK
+) -> tuple[ExpertBlock, torch.Tensor, RouteLayout]:
     torch.manual_seed(0)
-    block = perturb(ExpertBlock(variant, TASKS, C, N_SHARED, N_TASK, H, 0.6, shared_gate), seed=3, std=0.3)
+    block = perturb(ExpertBlock(variant, TASKS, C, N_SHARED, n_task, H, 0.6, shared_gate), seed=3, std=0.3)
     attention_mask = torch.tensor(
         [[1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool
     )
@@ -200,15 +202,18 @@ def test_fork_runs_shared_experts_once_per_bottom_token(variant):
     assert seen == [x.shape[0]]
 
 
-@pytest.mark.parametrize(("shared_gate", "fork"), [(True, False), (False, False), (True, True)])
-def test_ple_fused_layer_equals_the_per_group_path(monkeypatch, shared_gate, fork):
+@pytest.mark.parametrize(
+    ("shared_gate", "fork", "n_task"),
+    [(True, False, N_TASK), (False, False, N_TASK), (True, True, N_TASK), (True, False, N_SHARED)],
+)
+def test_ple_fused_layer_equals_the_per_group_path(monkeypatch, shared_gate, fork, n_task):
     """A ple layer of plain ExpertGroups runs as one fused function (no group module is called); a hook on a group
-    (what diagnostics do) gives the per-group path. Both compute the same outputs and gradients."""
+    (what diagnostics do) gives the per-group path. Both compute the same outputs and gradients, whether the shared
+    group's shape differs from the task groups' (two stacks of up matmuls) or not (one)."""
     if fork:
         block, x, layout = build_fork("ple")
-        block.shared_gate = block.shared_gate if shared_gate else None
     else:
-        block, x, layout = build("ple", shared_gate)
+        block, x, layout = build("ple", shared_gate, n_task)
     calls = []
     original = ExpertGroup.forward
     monkeypatch.setattr(ExpertGroup, "forward", lambda self, x: calls.append(1) or original(self, x))
