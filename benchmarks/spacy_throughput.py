@@ -474,6 +474,31 @@ def size_variants(bench, data_root: Path, items: list[list[str]]) -> list[dict]:
     return out
 
 
+SPACY_PEER_QUALITY = {
+    "source": "../shared/NOTES.md: spaCy 3.8, one pipeline, shared CNN tok2vec -> ner + textcat, no vectors, "
+    "trained from scratch on the same data (19 min, 1 core)",
+    "conll2003_f1": {"validation": 0.866, "test": 0.800},
+    "sst2_accuracy": {"validation": 0.846, "test": 0.834},
+}
+
+
+def quality_quote(path: Path = REPO / "benchmarks/results/quality.json", run: str = "ple") -> dict:
+    """The quality of the benchmark model as benchmarks/results/quality.json holds it, beside spaCy's peer."""
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))["runs"][run]
+    except (OSError, KeyError, ValueError):
+        return {"ours": None, "spacy_peer": SPACY_PEER_QUALITY}
+    metrics = entry["metrics"]
+    ours = {
+        "source": f"benchmarks/results/quality.json run '{run}' ({entry.get('date')}, commit {entry.get('commit')}, "
+        f"{entry.get('steps')} steps, best step {entry.get('best_step')}, CPU {entry.get('cpu')}, "
+        f"AVX-512 {entry.get('avx512')})",
+        "conll2003_f1": {split: round(metrics[split]["conll2003"]["f1"], 4) for split in ("validation", "test")},
+        "sst2_accuracy": {split: round(metrics[split]["sst2"]["accuracy"], 4) for split in ("validation", "test")},
+    }
+    return {"ours": ours, "spacy_peer": SPACY_PEER_QUALITY}
+
+
 def measure(args: argparse.Namespace) -> dict:
     import torch
 
@@ -553,6 +578,7 @@ def measure(args: argparse.Namespace) -> dict:
         },
         "rounds": rounds,
         "summary": summary,
+        "quality": quality_quote(),
     }
     sub = items[: args.bf16_sentences]
     if sub:
