@@ -29,7 +29,9 @@ and a bare fp32 matmul (2048 x 2048, the machine's measured peak) within one run
 order; `speedup` and `fraction_of_peak` are the medians over --repeats rounds of each round's own ratio (a busy
 moment slows every side of its round), times and rates the medians of each side. `gflops` counts only the expert
 matmuls the block needs (for each expert, the up (C x 2H) and down (H x C) matmuls on the tokens that read it), x3
-for forward + backward.
+for forward + backward. Both sides run with glibc keeping freed memory for reuse, as training does with the shipped
+configs (training.keep_freed_memory; --release-freed-memory: not): on this VM, page-faulting fresh tensors in every
+step cost the block about 5%.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from torch import nn
 
 from mtl_decoder.config import SHARED, VARIANTS
 from mtl_decoder.model import ExpertBlock, RouteLayout
+from mtl_decoder.training.memory import keep_freed_memory
 
 
 class RecomputePerTask(nn.Module):
@@ -145,6 +148,12 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=3, help="steps per timed round")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--release-freed-memory",
+        action="store_true",
+        help="leave glibc's allocator as it is (default: keep freed memory for reuse, as training does with the "
+        "shipped configs' training.keep_freed_memory: fresh activations are not page-faulted in every step)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     variant = VARIANTS[args.ffn]
@@ -157,6 +166,7 @@ def main() -> None:
         ap.error("--labels all is for ple, cgc and mmoe (a stacked layer above the fork is timed on disjoint routes)")
     if args.threads:
         torch.set_num_threads(args.threads)
+    kept = False if args.release_freed_memory else keep_freed_memory()
     torch.manual_seed(args.seed)
 
     C, H, B, T = args.d_model, args.hidden, args.batch, args.seq
@@ -255,6 +265,7 @@ def main() -> None:
         "tokens_in": x.shape[0],
         "tokens_out": y.shape[0],
         "threads": torch.get_num_threads(),
+        "keep_freed_memory": kept,
         "repeats": args.repeats,
         "iters": args.iters,
         "ms_per_step": round(t_opt * 1e3, 2),

@@ -144,19 +144,19 @@ def _compute_dtype(x: torch.Tensor, *weights: torch.Tensor) -> torch.dtype:
     return torch.result_type(x, weights[0]) if weights else x.dtype
 
 
-def _swiglu(h: torch.Tensor, a: torch.Tensor) -> None:
-    """a = silu(gate) * up, written into ``a`` (any layout of h's shape without the gate/up axis); h (..., 2, H)."""
-    torch.ops.aten.silu.out(h[..., 0, :], out=a)
-    a.mul_(h[..., 1, :])
+def _swiglu(h: torch.Tensor, a: torch.Tensor, s: torch.Tensor) -> None:
+    """a = s * up with s = silu(gate), both written into the given tensors (any layout of h's shape without the
+    gate/up axis; s is kept for the backward pass, which then computes no exponential twice); h (..., 2, H)."""
+    torch.ops.aten.silu.out(h[..., 0, :], out=s)
+    torch.mul(s, h[..., 1, :], out=a)
 
 
-def _swiglu_backward(h: torch.Tensor, da: torch.Tensor, dh: torch.Tensor) -> None:
+def _swiglu_backward(h: torch.Tensor, s: torch.Tensor, da: torch.Tensor, dh: torch.Tensor) -> None:
     """The gradient of ``_swiglu`` with respect to h, written into dh (h's shape): d up = da * silu(gate), d gate =
     da * up * silu'(gate); no zero-filled gradients of the gate/up halves added together, as autograd would do."""
     g, u = h[..., 0, :], h[..., 1, :]
     d_gate, d_up = dh[..., 0, :], dh[..., 1, :]
-    torch.ops.aten.silu.out(g, out=d_up)
-    d_up.mul_(da)
+    torch.mul(da, s, out=d_up)
     torch.mul(da, u, out=d_gate)
     torch.ops.aten.silu_backward.grad_input(d_gate, g, grad_input=d_gate)
 
@@ -172,16 +172,16 @@ class _SwiGLUExperts(torch.autograd.Function):
         with torch.autocast(x.device.type, enabled=False):
             xc, wi, wo = x.to(dtype), w_in.to(dtype), w_out.to(dtype)
             h = (xc @ wi).view(M, E, 2, H)
-            a = xc.new_empty(E, M, H)
-            _swiglu(h, a.transpose(0, 1))
+            a, s = xc.new_empty(E, M, H), xc.new_empty(E, M, H)
+            _swiglu(h, a.transpose(0, 1), s.transpose(0, 1))
             y = torch.bmm(a, wo)  # (E, M, C)
-        ctx.save_for_backward(xc, wi, wo, h, a)
+        ctx.save_for_backward(xc, wi, wo, h, a, s)
         ctx.dtypes = (x.dtype, w_in.dtype, w_out.dtype)
         return y
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        xc, wi, wo, h, a = ctx.saved_tensors
+        xc, wi, wo, h, a, s = ctx.saved_tensors
         M, E, _, H = h.shape
         x_dtype, in_dtype, out_dtype = ctx.dtypes
         with torch.autocast(xc.device.type, enabled=False):
@@ -189,7 +189,7 @@ class _SwiGLUExperts(torch.autograd.Function):
             d_out = torch.bmm(a.transpose(1, 2), dy) if ctx.needs_input_grad[2] else None  # (E, H, C)
             da = torch.bmm(dy, wo.transpose(1, 2))  # (E, M, H)
             dh = torch.empty_like(h)  # (M, E, 2, H)
-            _swiglu_backward(h, da.transpose(0, 1), dh)
+            _swiglu_backward(h, s.transpose(0, 1), da.transpose(0, 1), dh)
             dh = dh.view(M, E * 2 * H)
             d_in = xc.t() @ dh if ctx.needs_input_grad[1] else None
             dx = dh @ wi.t() if ctx.needs_input_grad[0] else None
@@ -301,7 +301,7 @@ def _gates_and_mix(
 
 
 def _gates_and_mix_backward(
-    d_out: torch.Tensor,
+    d_out: torch.Tensor | None,
     d_probs: torch.Tensor | None,
     y: torch.Tensor,
     plan: _GatePlan,
@@ -313,7 +313,7 @@ def _gates_and_mix_backward(
     G, M, E = probs.shape
     C = y.shape[-1]
     with torch.autocast(xg.device.type, enabled=False):
-        d_mixed = d_out.reshape(-1, M, C)[:G].to(y.dtype)
+        d_mixed = y.new_zeros(G, M, C) if d_out is None else d_out.reshape(-1, M, C)[:G].to(y.dtype)
         d_y = torch.einsum("gme,gmc->emc", probs.to(y.dtype), d_mixed)
         d_p = torch.einsum("gmc,emc->gme", d_mixed, y).float()
         if d_probs is not None:
@@ -337,6 +337,7 @@ class _ProgressiveMix(torch.autograd.Function):
         out, probs, xg, table = _gates_and_mix(x_gates, y, plan, weights, biases, n_routes)
         ctx.save_for_backward(xg, table, probs, y)
         ctx.plan, ctx.x_dtype = plan, x_gates.dtype
+        ctx.set_materialize_grads(False)  # the gate weights' gradient is None unless something reads them
         ctx.piece_sizes = [p.shape[0] for p in pieces]
         ctx.param_dtypes = [w.dtype for w in weights], [b.dtype for b in biases]
         return out, probs
@@ -374,24 +375,29 @@ class _ProgressiveBlock(torch.autograd.Function):
             xc = x.to(dtype)
             wo = torch.cat([w.to(dtype) for w in w_out])  # (E, H, C), the layer's expert order
             a = xc.new_empty(sum(sizes), M, H)  # every expert's hidden activations, expert-major
+            s = torch.empty_like(a)  # and silu(gate) of each
             w_stacks, h_stacks = [], []
             for r0, r1 in stacks:
                 n, e0 = sizes[r0], sum(sizes[:r0])
-                wi = torch.stack([w.to(dtype) for w in w_in[r0:r1]])  # (S, C, n * 2H)
+                wi = xc.new_empty(r1 - r0, *w_in[r0].shape)  # (S, C, n * 2H); torch.stack took 100x longer
+                for dst, w in zip(wi, w_in[r0:r1], strict=True):
+                    dst.copy_(w)
                 h = torch.bmm(xc[r0:r1], wi).view(r1 - r0, M, n, 2, H)
-                _swiglu(h, a[e0 : e0 + (r1 - r0) * n].view(r1 - r0, n, M, H).permute(0, 2, 1, 3))
+                rows = slice(e0, e0 + (r1 - r0) * n)
+                _swiglu(h, *(t[rows].view(r1 - r0, n, M, H).permute(0, 2, 1, 3) for t in (a, s)))
                 w_stacks.append(wi)
                 h_stacks.append(h)
             y = torch.bmm(a, wo)  # (E, M, C): every expert's output, one batched matmul
         out, probs, xg, table = _gates_and_mix(x[:G], y, plan, weights, biases, R)
-        ctx.save_for_backward(xc, wo, a, y, probs, xg, table, *w_stacks, *h_stacks)
+        ctx.save_for_backward(xc, wo, a, s, y, probs, xg, table, *w_stacks, *h_stacks)
         ctx.plan, ctx.stacks, ctx.sizes = plan, stacks, sizes
+        ctx.set_materialize_grads(False)  # the gate weights' gradient is None unless something reads them
         ctx.dtypes = x.dtype, [p.dtype for p in params]
         return out, probs
 
     @staticmethod
     def backward(ctx, d_out: torch.Tensor, d_probs: torch.Tensor | None):
-        xc, wo, a, y, probs, xg, table, *saved = ctx.saved_tensors
+        xc, wo, a, s, y, probs, xg, table, *saved = ctx.saved_tensors
         plan, stacks, sizes = ctx.plan, ctx.stacks, ctx.sizes
         w_stacks, h_stacks = saved[: len(stacks)], saved[len(stacks) :]
         x_dtype, param_dtypes = ctx.dtypes
@@ -406,11 +412,15 @@ class _ProgressiveBlock(torch.autograd.Function):
             for (r0, r1), wi, h in zip(stacks, w_stacks, h_stacks, strict=True):
                 n, e0, S = sizes[r0], sum(sizes[:r0]), r1 - r0
                 d_h = torch.empty_like(h)
-                _swiglu_backward(h, d_a[e0 : e0 + S * n].view(S, n, M, H).permute(0, 2, 1, 3), d_h)
+                s_rows, d_rows = (t[e0 : e0 + S * n].view(S, n, M, H).permute(0, 2, 1, 3) for t in (s, d_a))
+                _swiglu_backward(h, s_rows, d_rows, d_h)
                 d_h = d_h.view(S, M, -1)
                 d_wi += torch.bmm(xc[r0:r1].transpose(1, 2), d_h).unbind()  # (C, n * 2H) per route
-                torch.bmm(d_h, wi.transpose(1, 2), out=d_x[r0:r1])
-            d_x[:G] += d_xg.to(d_x.dtype)
+                if r1 <= G:  # every route of the stack has a gate: its input gradient joins in the same matmul
+                    torch.baddbmm(d_xg[r0:r1].to(d_x.dtype), d_h, wi.transpose(1, 2), out=d_x[r0:r1])
+                else:
+                    torch.bmm(d_h, wi.transpose(1, 2), out=d_x[r0:r1])
+                    d_x[r0:G] += d_xg[r0:G].to(d_x.dtype)
         d_wo = list(d_wo.split(sizes))
         grads = [
             *d_wi[:K],
