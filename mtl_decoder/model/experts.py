@@ -485,13 +485,11 @@ class ExpertBlock(nn.Module):
         # Shared experts once per input token: each route's own tokens, or at a fork each bottom token once,
         # however many routes read it.
         y_shared = self.shared(x)  # (Es, M_in, C)
-        if fork:  # a route holding every bottom token reads x itself; the others gather theirs
-            reads = [layout.bottom_token[r] for r in range(len(layout.names))]
-            x_routes = [x if i is None else x[i] for i in reads]
-            y_routes = [y_shared if i is None else y_shared[:, i] for i in reads]
-        else:  # split (views): their gradients are put back together in one pass, not one zero-fill per route
-            counts = [end - start for start, end in layout.token_bounds]
-            x_routes, y_routes = x.split(counts), y_shared.split(counts, dim=1)
+        if fork:
+            return self._fork_routes(x, y_shared, layout)
+        # split (views): their gradients are put back together in one pass, not one zero-fill per route
+        counts = [end - start for start, end in layout.token_bounds]
+        x_routes, y_routes = x.split(counts), y_shared.split(counts, dim=1)
         outs, gates = [], {}
         for name, x_route, y_route in zip(layout.names, x_routes, y_routes, strict=True):
             weights = self.task_gates[name](x_route)  # (M_route, E)
@@ -501,6 +499,37 @@ class ExpertBlock(nn.Module):
             outs.append(mix(weights, pieces))
             gates[name] = weights
         return _cat(outs), gates
+
+    def _fork_routes(
+        self, x: torch.Tensor, y_shared: torch.Tensor, layout: RouteLayout
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """cgc/mmoe at the fork: every gate reads the bottom's tokens, so all of them run as one linear layer on
+        every bottom token (a few flops wasted on tokens a route does not hold), and the shared experts' mix of every
+        gate as one batched product, from which each route's tokens are gathered at once; each task's experts run on
+        their route's tokens only. A handful of operations whatever the number of tasks."""
+        Mb, names = x.shape[0], layout.names
+        gates = [self.task_gates[n] for n in names]
+        n_own, n_s = gates[0].n_own, gates[0].n_shared
+        everyone = torch.arange(Mb, device=x.device)
+        reads = [everyone if i is None else i for i in layout.bottom_token]
+        with torch.autocast(x.device.type, enabled=False):
+            weight = torch.cat([g.proj.weight for g in gates]).float()
+            bias = torch.cat([g.proj.bias for g in gates]).float()
+            probs = F.linear(x.float(), weight, bias).view(Mb, len(names), n_own + n_s).softmax(-1)  # (Mb, G, E)
+        flat = torch.cat([r * Mb + i for r, i in enumerate(reads)])  # each route's tokens among (gate, bottom token)
+        mixed = torch.einsum("mge,emc->gmc", probs[..., n_own:].to(y_shared.dtype), y_shared)  # (G, Mb, C)
+        out = mixed.reshape(len(names) * Mb, -1).index_select(0, flat)  # (M, C), route by route
+        if n_own:  # each task's experts on its own route's tokens
+            y_own = torch.cat(
+                [
+                    self.task_experts[n](x if i is None else x[i])
+                    for n, i in zip(names, layout.bottom_token, strict=True)
+                ],
+                1,
+            )
+            w_own = probs.transpose(0, 1).reshape(len(names) * Mb, -1).index_select(0, flat)[:, :n_own]
+            out = out + torch.einsum("me,emc->mc", w_own.to(y_own.dtype), y_own)
+        return out, {n: probs[:, r].index_select(0, i) for r, (n, i) in enumerate(zip(names, reads, strict=True))}
 
     def _progressive(
         self, x: torch.Tensor, layout: RouteLayout, fork: bool
