@@ -640,6 +640,7 @@ def trunk_check(args: argparse.Namespace, data_root: Path, cache_root: Path, sub
         p.numel() for p in saved.model.states.base.parameters()
     )
     out["trunk_blocks"] = saved.config.model.trunk.layers
+    out["quality"] = quality_quote(run="smollm2_frozen_ple")["ours"]
     for threads in (1, 2):
         reset()
         m = timed(ours(saved, sub, threads))
@@ -649,6 +650,24 @@ def trunk_check(args: argparse.Namespace, data_root: Path, cache_root: Path, sub
         out[f"{threads}_thread" + ("s" if threads > 1 else "")] = m
         print(f"trunk {threads} thread(s): {m}", file=sys.stderr)
     return out
+
+
+def trunk_only(args: argparse.Namespace) -> dict:
+    """--trunk-only: the pretrained trunk model, and the benchmark model on the same sentences at 1 thread before
+    and after it (a ratio measured under the same load)."""
+    data_root = Path(args.data_root)
+    sub = read_sentences(data_root, args.trunk_sentences or 100)
+    bench = untrained_model(REPO / "configs/bench/ple.yaml", data_root)
+    run = ours(bench, sub, 1)
+    run()  # warm-up
+    before = timed(run)
+    with tempfile.TemporaryDirectory(prefix="trunk-states-") as cache_root:
+        trunk = trunk_check(args, data_root, Path(cache_root), sub)
+    after = timed(run)
+    per_cpu = (before["words_per_cpu_s"] + after["words_per_cpu_s"]) / 2
+    trunk["bench_model_1_thread"] = {"before": before, "after": after}
+    trunk["bench_over_trunk_per_cpu_s"] = round(per_cpu / trunk["1_thread"]["words_per_cpu_s"], 1)
+    return {"benchmark": "spacy_throughput --trunk-only", "cpu": cpu_name(), "pretrained_trunk": trunk}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -671,16 +690,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant-sentences", type=int, default=800)
     parser.add_argument("--trunk-sentences", type=int, default=0, help="time the pretrained trunk model (0: no)")
     parser.add_argument("--trunk-model", default=None, help="a trained trunk model folder")
+    parser.add_argument("--trunk-only", action="store_true", help="only the trunk model (and ours beside it)")
     parser.add_argument("--out", default=None, help="write the JSON result here")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     load = [round(x, 2) for x in os.getloadavg()]
-    result = measure(args)
+    result = measure(args) if not args.trunk_only else trunk_only(args)
     result["load_average_before"] = load
     text = json.dumps(result, indent=1)
     if args.out:
         Path(args.out).write_text(text + "\n", encoding="utf-8")
-    print(text if args.json else _report(result))
+    print(text if args.json or args.trunk_only else _report(result))
     return 0
 
 
