@@ -71,9 +71,18 @@ class StateCache:
     def get(self, key: str) -> torch.Tensor | None:
         found = self.memory.get(key)
         if found is None and key in self.on_disk:
-            with safe_open(str(self.on_disk[key]), framework="pt") as f:
-                found = self.memory[key] = f.get_tensor(key)
+            self._load_shard(self.on_disk[key])
+            found = self.memory[key]
         return found
+
+    def _load_shard(self, shard: Path) -> None:
+        """Read every entry of a shard into memory at once (batches draw from all shards, so the rest is needed
+        soon), each copied out of the file mapping: a tensor safetensors returns keeps its shard mapped, and one
+        mapping per cached sequence ran out of the kernel's map count (65,530) on 82k CoNLL + SST-2 sequences."""
+        with safe_open(str(shard), framework="pt") as f:
+            for name in f.keys():
+                if name not in self.memory:
+                    self.memory[name] = f.get_tensor(name).clone()
 
     def put(self, key: str, states: torch.Tensor) -> None:
         states = states.detach().to("cpu", STORE_DTYPE).contiguous()
