@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mtl_decoder.config import SHARED, VARIANTS, Variant
+from mtl_decoder.model.kernels import GateMix, GatePlan, ProgressiveBlock, ProgressiveMix, SwiGLUExperts
 
 
 @dataclass
@@ -133,71 +134,7 @@ class ExpertGroup(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(M, C) -> (E, M, C): every expert on every token."""
-        return _SwiGLUExperts.apply(x, self.w_in, self.w_out)
-
-
-def _compute_dtype(x: torch.Tensor, *weights: torch.Tensor) -> torch.dtype:
-    """The dtype autocast would give a matmul of these (its dtype where it is on), else the promoted dtype."""
-    device = x.device.type
-    if torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return torch.result_type(x, weights[0]) if weights else x.dtype
-
-
-def _swiglu(h: torch.Tensor, a: torch.Tensor, s: torch.Tensor) -> None:
-    """a = s * up with s = silu(gate), both written into the given tensors (any layout of h's shape without the
-    gate/up axis; s is kept for the backward pass, which then computes no exponential twice); h (..., 2, H)."""
-    torch.ops.aten.silu.out(h[..., 0, :], out=s)
-    torch.mul(s, h[..., 1, :], out=a)
-
-
-def _swiglu_backward(h: torch.Tensor, s: torch.Tensor, da: torch.Tensor, dh: torch.Tensor) -> None:
-    """The gradient of ``_swiglu`` with respect to h, written into dh (h's shape): d up = da * silu(gate), d gate =
-    da * up * silu'(gate); no zero-filled gradients of the gate/up halves added together, as autograd would do."""
-    g, u = h[..., 0, :], h[..., 1, :]
-    d_gate, d_up = dh[..., 0, :], dh[..., 1, :]
-    torch.mul(da, s, out=d_up)
-    torch.mul(da, u, out=d_gate)
-    torch.ops.aten.silu_backward.grad_input(d_gate, g, grad_input=d_gate)
-
-
-class _SwiGLUExperts(torch.autograd.Function):
-    """E SwiGLU experts on the same tokens, forward and backward written out (``_swiglu``): hidden activations are
-    kept expert-major, so each down matmul is one contiguous batched matmul."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
-        M, (E, H, _) = x.shape[0], w_out.shape
-        dtype = _compute_dtype(x, w_in)
-        with torch.autocast(x.device.type, enabled=False):
-            xc, wi, wo = x.to(dtype), w_in.to(dtype), w_out.to(dtype)
-            h = (xc @ wi).view(M, E, 2, H)
-            a, s = xc.new_empty(E, M, H), xc.new_empty(E, M, H)
-            _swiglu(h, a.transpose(0, 1), s.transpose(0, 1))
-            y = torch.bmm(a, wo)  # (E, M, C)
-        ctx.save_for_backward(xc, wi, wo, h, a, s)
-        ctx.dtypes = (x.dtype, w_in.dtype, w_out.dtype)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        xc, wi, wo, h, a, s = ctx.saved_tensors
-        M, E, _, H = h.shape
-        x_dtype, in_dtype, out_dtype = ctx.dtypes
-        with torch.autocast(xc.device.type, enabled=False):
-            dy = dy.to(wo.dtype)
-            d_out = torch.bmm(a.transpose(1, 2), dy) if ctx.needs_input_grad[2] else None  # (E, H, C)
-            da = torch.bmm(dy, wo.transpose(1, 2))  # (E, M, H)
-            dh = torch.empty_like(h)  # (M, E, 2, H)
-            _swiglu_backward(h, s.transpose(0, 1), da.transpose(0, 1), dh)
-            dh = dh.view(M, E * 2 * H)
-            d_in = xc.t() @ dh if ctx.needs_input_grad[1] else None
-            dx = dh @ wi.t() if ctx.needs_input_grad[0] else None
-        return (
-            None if dx is None else dx.to(x_dtype),
-            None if d_in is None else d_in.to(in_dtype),
-            None if d_out is None else d_out.to(out_dtype),
-        )
+        return SwiGLUExperts.apply(x, self.w_in, self.w_out)
 
 
 def shared_logit_bias(initial_shared_weight: float, n_own: int, n_shared: int) -> float:
@@ -232,205 +169,7 @@ class Gate(nn.Module):
 
 def mix(weights: torch.Tensor, outputs: list[torch.Tensor]) -> torch.Tensor:
     """sum_e weights[:, e] * expert_e, where ``outputs`` are (E_i, M, C) pieces in the gate's expert order."""
-    return _Mix.apply(weights, *outputs)
-
-
-class _Mix(torch.autograd.Function):
-    """A gate's weighted sum of expert outputs: one fused multiply-add per expert forward (no (E, M, C) temporary);
-    backward, each weight's gradient as a batched dot product and each piece's gradient in one pass."""
-
-    @staticmethod
-    def forward(ctx, weights: torch.Tensor, *pieces: torch.Tensor) -> torch.Tensor:
-        w = weights.to(pieces[0].dtype)
-        total, e = None, 0
-        for y in pieces:
-            for y_e in y:
-                column = w[:, e : e + 1]  # (M, 1)
-                total = torch.mul(y_e, column) if total is None else total.addcmul_(y_e, column)
-                e += 1
-        ctx.save_for_backward(w, *pieces)
-        ctx.weights_dtype = weights.dtype
-        return total
-
-    @staticmethod
-    def backward(ctx, d_total: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        w, *pieces = ctx.saved_tensors
-        d_weights = None
-        if ctx.needs_input_grad[0]:
-            d_weights = torch.cat([torch.einsum("mc,emc->me", d_total, y) for y in pieces], 1).to(ctx.weights_dtype)
-        d_pieces, e = [], 0
-        for i, y in enumerate(pieces):
-            n = y.shape[0]
-            d_pieces.append(w[:, e : e + n].t().unsqueeze(-1) * d_total if ctx.needs_input_grad[1 + i] else None)
-            e += n
-        return d_weights, *d_pieces
-
-
-@dataclass
-class _GatePlan:
-    """Where each of a ple layer's gates reads in the layer's expert order [task 0's, ..., task K-1's, shared]."""
-
-    sizes: list[int]
-    """Experts per gate (task gates, then the shared gate if there is one)."""
-    rows: torch.Tensor
-    """(sum sizes,) each gate's experts as rows of a (gates x experts) table, gate by gate in its own order."""
-    columns: list[torch.Tensor]
-    """Per gate, its experts' columns in the table."""
-    n_experts: int
-
-
-def _gates_and_mix(
-    x_gates: torch.Tensor, y: torch.Tensor, plan: _GatePlan, weights, biases, n_routes: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Every gate of a ple layer and its weighted sum of the layer's expert outputs y (E, M, C), at once. Gate g (a
-    task route's, then the shared route's) is a row of one (gates, M, E) logit table, -inf where it does not read
-    an expert: one batched matmul gives every gate's logits, one softmax their weights, one batched product every
-    route's mix. Gates run in float32, the mix in y's dtype. Returns the (n_routes * M, C) output (routes without a
-    gate get zeros), the (G, M, E) weights, and the float32 inputs and table (for ``_gates_and_mix_backward``)."""
-    G, M, C = x_gates.shape
-    E = plan.n_experts
-    with torch.autocast(x_gates.device.type, enabled=False):
-        xg = x_gates.float()
-        table = xg.new_zeros(G * E, C).index_copy_(0, plan.rows, torch.cat([w.float() for w in weights]))
-        bias = xg.new_full((G * E,), float("-inf")).index_copy_(0, plan.rows, torch.cat([b.float() for b in biases]))
-        probs = torch.baddbmm(bias.view(G, 1, E), xg, table.view(G, E, C).transpose(1, 2)).softmax(-1)
-        mixed = torch.einsum("gme,emc->gmc", probs.to(y.dtype), y)
-        if n_routes > G:  # ple's last layer: the shared route gets no update
-            mixed = torch.cat([mixed, mixed.new_zeros(n_routes - G, M, C)])
-    return mixed.reshape(n_routes * M, C), probs, xg, table
-
-
-def _gates_and_mix_backward(
-    d_out: torch.Tensor | None,
-    d_probs: torch.Tensor | None,
-    y: torch.Tensor,
-    plan: _GatePlan,
-    probs: torch.Tensor,
-    xg: torch.Tensor,
-    table: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """d y (E, M, C), d x_gates (G, M, C) in float32, and the gates' weight and bias gradients in gate order."""
-    G, M, E = probs.shape
-    C = y.shape[-1]
-    with torch.autocast(xg.device.type, enabled=False):
-        d_mixed = y.new_zeros(G, M, C) if d_out is None else d_out.reshape(-1, M, C)[:G].to(y.dtype)
-        d_y = torch.einsum("gme,gmc->emc", probs.to(y.dtype), d_mixed)
-        d_p = torch.einsum("gmc,emc->gme", d_mixed, y).float()
-        if d_probs is not None:
-            d_p = d_p + d_probs
-        d_logits = torch._softmax_backward_data(d_p, probs, -1, torch.float32)
-        d_table = torch.bmm(d_logits.transpose(1, 2), xg).view(G * E, C).index_select(0, plan.rows)
-        d_bias = d_logits.sum(1).view(G * E).index_select(0, plan.rows)
-        d_x = torch.bmm(d_logits, table.view(G, E, C))
-    return d_y, d_x, d_table, d_bias
-
-
-class _ProgressiveMix(torch.autograd.Function):
-    """``_gates_and_mix`` over expert outputs computed elsewhere (any expert modules)."""
-
-    @staticmethod
-    def forward(ctx, x_gates: torch.Tensor, n_routes: int, plan: _GatePlan, *tensors: torch.Tensor):
-        G = x_gates.shape[0]
-        n_pieces = len(tensors) - 2 * G
-        pieces, weights, biases = tensors[:n_pieces], tensors[n_pieces : n_pieces + G], tensors[n_pieces + G :]
-        y = torch.cat(pieces) if len(pieces) > 1 else pieces[0]  # (E, M, C)
-        out, probs, xg, table = _gates_and_mix(x_gates, y, plan, weights, biases, n_routes)
-        ctx.save_for_backward(xg, table, probs, y)
-        ctx.plan, ctx.x_dtype = plan, x_gates.dtype
-        ctx.set_materialize_grads(False)  # the gate weights' gradient is None unless something reads them
-        ctx.piece_sizes = [p.shape[0] for p in pieces]
-        ctx.param_dtypes = [w.dtype for w in weights], [b.dtype for b in biases]
-        return out, probs
-
-    @staticmethod
-    def backward(ctx, d_out: torch.Tensor, d_probs: torch.Tensor | None):
-        xg, table, probs, y = ctx.saved_tensors
-        d_y, d_x, d_table, d_bias = _gates_and_mix_backward(d_out, d_probs, y, ctx.plan, probs, xg, table)
-        w_dtypes, b_dtypes = ctx.param_dtypes
-        d_weights = [d.to(t) for d, t in zip(d_table.split(ctx.plan.sizes), w_dtypes, strict=True)]
-        d_biases = [d.to(t) for d, t in zip(d_bias.split(ctx.plan.sizes), b_dtypes, strict=True)]
-        return d_x.to(ctx.x_dtype), None, None, *d_y.split(ctx.piece_sizes), *d_weights, *d_biases
-
-
-class _ProgressiveBlock(torch.autograd.Function):
-    """A whole ple layer of SwiGLU expert groups (``ExpertGroup``) and its gates, forward and backward written out
-    with the routes' matmuls grouped: the up matmuls of routes whose groups have one shape (the task groups; all
-    routes when there are as many shared experts as experts per task) as one batched matmul, the SwiGLU of each
-    such stack in place, every expert's down matmul as one batched matmul over all the layer's experts, then
-    ``_gates_and_mix``. Inputs: x (R, M, C), the routes' tokens (task routes, then the shared route; an expanded view
-    of the bottom's tokens at a fork), the number of gates G, the gate plan, then the task groups' w_in (K), their
-    w_out (K), the shared group's w_in and w_out, the gates' weights (G) and biases (G)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, n_gates: int, plan: _GatePlan, *params: torch.Tensor):
-        R, M, _ = x.shape
-        K, G = R - 1, n_gates
-        w_in = [*params[:K], params[2 * K]]  # per route: task groups, then the shared group
-        w_out = [*params[K : 2 * K], params[2 * K + 1]]
-        weights, biases = params[2 * K + 2 : 2 * K + 2 + G], params[2 * K + 2 + G :]
-        sizes, H = [w.shape[0] for w in w_out], w_out[0].shape[1]
-        stacks = [(0, R)] if sizes[0] == sizes[-1] else [(0, K), (K, R)]  # routes whose groups share a shape
-        dtype = _compute_dtype(x, w_in[0])
-        with torch.autocast(x.device.type, enabled=False):
-            xc = x.to(dtype)
-            wo = torch.cat([w.to(dtype) for w in w_out])  # (E, H, C), the layer's expert order
-            a = xc.new_empty(sum(sizes), M, H)  # every expert's hidden activations, expert-major
-            s = torch.empty_like(a)  # and silu(gate) of each
-            w_stacks, h_stacks = [], []
-            for r0, r1 in stacks:
-                n, e0 = sizes[r0], sum(sizes[:r0])
-                wi = xc.new_empty(r1 - r0, *w_in[r0].shape)  # (S, C, n * 2H); torch.stack took 100x longer
-                for dst, w in zip(wi, w_in[r0:r1], strict=True):
-                    dst.copy_(w)
-                h = torch.bmm(xc[r0:r1], wi).view(r1 - r0, M, n, 2, H)
-                rows = slice(e0, e0 + (r1 - r0) * n)
-                _swiglu(h, *(t[rows].view(r1 - r0, n, M, H).permute(0, 2, 1, 3) for t in (a, s)))
-                w_stacks.append(wi)
-                h_stacks.append(h)
-            y = torch.bmm(a, wo)  # (E, M, C): every expert's output, one batched matmul
-        out, probs, xg, table = _gates_and_mix(x[:G], y, plan, weights, biases, R)
-        ctx.save_for_backward(xc, wo, a, s, y, probs, xg, table, *w_stacks, *h_stacks)
-        ctx.plan, ctx.stacks, ctx.sizes = plan, stacks, sizes
-        ctx.set_materialize_grads(False)  # the gate weights' gradient is None unless something reads them
-        ctx.dtypes = x.dtype, [p.dtype for p in params]
-        return out, probs
-
-    @staticmethod
-    def backward(ctx, d_out: torch.Tensor, d_probs: torch.Tensor | None):
-        xc, wo, a, s, y, probs, xg, table, *saved = ctx.saved_tensors
-        plan, stacks, sizes = ctx.plan, ctx.stacks, ctx.sizes
-        w_stacks, h_stacks = saved[: len(stacks)], saved[len(stacks) :]
-        x_dtype, param_dtypes = ctx.dtypes
-        R, M, C = xc.shape
-        K, G, H = R - 1, probs.shape[0], a.shape[-1]
-        d_y, d_xg, d_table, d_bias = _gates_and_mix_backward(d_out, d_probs, y, plan, probs, xg, table)
-        with torch.autocast(xc.device.type, enabled=False):
-            d_wo = torch.bmm(a.transpose(1, 2), d_y)  # (E, H, C)
-            d_a = torch.bmm(d_y, wo.transpose(1, 2))  # (E, M, H)
-            d_x = xc.new_empty(R, M, C)
-            d_wi = []
-            for (r0, r1), wi, h in zip(stacks, w_stacks, h_stacks, strict=True):
-                n, e0, S = sizes[r0], sum(sizes[:r0]), r1 - r0
-                d_h = torch.empty_like(h)
-                s_rows, d_rows = (t[e0 : e0 + S * n].view(S, n, M, H).permute(0, 2, 1, 3) for t in (s, d_a))
-                _swiglu_backward(h, s_rows, d_rows, d_h)
-                d_h = d_h.view(S, M, -1)
-                d_wi += torch.bmm(xc[r0:r1].transpose(1, 2), d_h).unbind()  # (C, n * 2H) per route
-                if r1 <= G:  # every route of the stack has a gate: its input gradient joins in the same matmul
-                    torch.baddbmm(d_xg[r0:r1].to(d_x.dtype), d_h, wi.transpose(1, 2), out=d_x[r0:r1])
-                else:
-                    torch.bmm(d_h, wi.transpose(1, 2), out=d_x[r0:r1])
-                    d_x[r0:G] += d_xg[r0:G].to(d_x.dtype)
-        d_wo = list(d_wo.split(sizes))
-        grads = [
-            *d_wi[:K],
-            *d_wo[:K],
-            d_wi[K],
-            d_wo[K],
-            *d_table.split(plan.sizes),
-            *d_bias.split(plan.sizes),
-        ]
-        return d_x.to(x_dtype), None, None, *(g.to(t) for g, t in zip(grads, param_dtypes, strict=True))
+    return GateMix.apply(weights, *outputs)
 
 
 def _cat(outs: list[torch.Tensor]) -> torch.Tensor:
@@ -467,7 +206,7 @@ class ExpertBlock(nn.Module):
             if variant.shared_route and shared_gate
             else None
         )
-        self._plans: dict[tuple, _GatePlan] = {}
+        self._plans: dict[tuple, GatePlan] = {}
 
     def forward(
         self, x: torch.Tensor, layout: RouteLayout, fork: bool = False
@@ -548,13 +287,13 @@ class ExpertBlock(nn.Module):
         if self._groupable(groups, gates):
             plan = self._gate_plan(tasks, [g.n_experts for g in groups], x.device)
             group_params = [g.w_in for g in groups[:-1]] + [g.w_out for g in groups[:-1]] + [groups[-1].w_in]
-            out, probs = _ProgressiveBlock.apply(x_routes, G, plan, *group_params, groups[-1].w_out, *gate_params)
+            out, probs = ProgressiveBlock.apply(x_routes, G, plan, *group_params, groups[-1].w_out, *gate_params)
         else:  # each group module on its route (any expert modules; hooked ones see their own calls)
             inputs = dict.fromkeys(layout.names, x) if fork else dict(zip(layout.names, x.split(M), strict=True))
             pieces = [group(inputs[name]) for group, name in zip(groups, layout.names, strict=True)]
             plan = self._gate_plan(tasks, [p.shape[0] for p in pieces], x.device)
             x_gates = x_routes if G == R else x_routes[:G]
-            out, probs = _ProgressiveMix.apply(x_gates, R, plan, *pieces, *gate_params)
+            out, probs = ProgressiveMix.apply(x_gates, R, plan, *pieces, *gate_params)
         names = [*tasks, SHARED][:G]
         return out, {name: probs[g].index_select(1, plan.columns[g]) for g, name in enumerate(names)}
 
@@ -568,7 +307,7 @@ class ExpertBlock(nn.Module):
         global_hooks = nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks
         return not global_hooks and next(watched, None) is None
 
-    def _gate_plan(self, tasks: list[str], group_sizes: list[int], device: torch.device) -> _GatePlan:
+    def _gate_plan(self, tasks: list[str], group_sizes: list[int], device: torch.device) -> GatePlan:
         key = (tuple(tasks), tuple(group_sizes), self.shared_gate is not None, str(device))
         plan = self._plans.get(key)
         if plan is None:
@@ -579,7 +318,7 @@ class ExpertBlock(nn.Module):
             if self.shared_gate is not None:
                 columns.append(list(range(E)))
             rows = [g * E + c for g, cols in enumerate(columns) for c in cols]
-            plan = _GatePlan(
+            plan = GatePlan(
                 [len(c) for c in columns],
                 torch.tensor(rows, device=device),
                 [torch.tensor(c, device=device) for c in columns],

@@ -80,7 +80,7 @@ class StateCache:
         soon), each copied out of the file mapping: a tensor safetensors returns keeps its shard mapped, and one
         mapping per cached sequence ran out of the kernel's map count (65,530) on 82k CoNLL + SST-2 sequences."""
         with safe_open(str(shard), framework="pt") as f:
-            for name in f.keys():
+            for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
                 if name not in self.memory:
                     self.memory[name] = f.get_tensor(name).clone()
 
