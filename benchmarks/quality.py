@@ -343,6 +343,18 @@ def machine() -> dict:
     }
 
 
+def save_run(path: Path, name: str, run: dict) -> dict:
+    """Merge one run into the results file, read again just before writing (another quality.py may have added
+    runs since this one started), written whole and renamed into place."""
+    results = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
+    results["runs"][name] = run
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(results, indent=2))
+    os.replace(tmp, path)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(DEFAULT), help=f"comma-separated, from {', '.join(MODELS)}")
@@ -371,9 +383,7 @@ def main() -> None:
             run = train_one(name, args, carved)
             run["metrics"] = evaluate_one(name, args)
             run.update(machine())
-            results["runs"][name] = run
-            args.results.parent.mkdir(parents=True, exist_ok=True)
-            args.results.write_text(json.dumps(results, indent=2))
+            results = save_run(args.results, name, run)
             print(f"[{name}] {run['steps']} steps ({run['stop_reason']}) in {run['train_minutes']:.1f} min", flush=True)
     print(table(results["runs"]))
 
