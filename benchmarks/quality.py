@@ -59,6 +59,22 @@ MODELS: dict[str, tuple[str, list[str], str]] = {
         "PLE on sub-words only (no word features)",
     ),
     "ple_equal": ("ple.yaml", ["balancing.method=equal"], "PLE with equal loss weights instead of EMA"),
+    # which sub-word of a word reads its tag on the causal SmolLM2 trunk (1,500 steps, CoNLL only): with causal
+    # layers on top, the first piece has seen nothing of the word after it; with bidirectional ones, they see it
+    **{
+        f"smollm2_conll_{token}_{attention}": (
+            "smollm2_single_conll2003.yaml",
+            [
+                f"model.word_token={token}",
+                f"model.attention={attention}",
+                "training.max_steps=1500",
+                "training.eval_every=500",
+            ],
+            f"SmolLM2 frozen, CoNLL only, 1,500 steps: the {token} sub-word of each word, {attention} layers on top",
+        )
+        for attention in ("causal", "bidirectional")
+        for token in ("first", "last")
+    },
     "ple_linear_pos": (
         "ple.yaml",
         ["model.position_embedding=linear", "model.position_embedding_where=every_layer"],
