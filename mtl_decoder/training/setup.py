@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from accelerate import Accelerator
 from torch import nn
 
 from mtl_decoder.config import ExperimentConfig, TrainingConfig
@@ -16,6 +17,7 @@ from mtl_decoder.data.tasks import Source, check_labels, infer_labels, load_spli
 from mtl_decoder.data.tokenization import TextEncoder, load_pretrained_tokenizer, train_tokenizer
 from mtl_decoder.model.crf import CRF
 from mtl_decoder.model.experts import Gate
+from mtl_decoder.training.logging import RunLogger
 
 
 @dataclass
@@ -138,3 +140,40 @@ def lr_lambda(cfg: TrainingConfig, total_steps: int, budget_spent: Callable[[], 
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor
+
+
+def precompute_trunk_states(
+    model: nn.Module, data: RunData, accelerator: Accelerator, batch_size: int, log: RunLogger | None
+) -> tuple[str, float]:
+    """Mode frozen: the trunk's states of every training and validation text, computed once into the state cache
+    (shared by runs) before training, so that their one-time cost is reported apart from training time. Returns
+    the line to log and the seconds spent ("" and 0 for a model without a frozen trunk)."""
+    states = getattr(model, "states", None)
+    if states is None or not hasattr(states, "precompute"):
+        return "", 0.0
+    sequences = [ex.ids for ex in data.dataset.examples]
+    for source in data.validation_sources:
+        items = [ex.words if ex.words is not None else ex.text for ex in source.examples]
+        sequences += [e.ids for e in data.encoder.encode_batch(items) if not e.truncated]
+    cache = states.cache
+    before = len(cache)
+    bar = log.progress(len(sequences), 0, "trunk states") if log else None
+    done = [0]
+
+    def progress(n: int, _total: int) -> None:
+        if bar is not None:
+            bar.update(n - done[0])
+        done[0] = n
+
+    with accelerator.main_process_first():  # the main process computes, the others then find them
+        if not accelerator.is_main_process:
+            cache.rescan()
+        computed, seconds = states.precompute(sequences, batch_size, progress)
+    if bar is not None:
+        bar.close()
+    report = (
+        f"trunk states (layer {states.identity.layers} of {states.identity.source}): {computed:,} computed in "
+        f"{seconds / 60:.1f} min, {len(sequences) - computed:,} from the cache ({before:,} entries) at "
+        f"{cache.directory}"
+    )
+    return report, seconds

@@ -46,6 +46,7 @@ from mtl_decoder.training.setup import (
     make_optimizer,
     make_tokenizer,
     parameter_groups,
+    precompute_trunk_states,
     read_data,
 )
 from mtl_decoder.training.state import TrainResult, TrainState
@@ -108,6 +109,8 @@ class Trainer:
         self.log: RunLogger | None = None
         self.budget_spent = 0.0
         """Fraction of training.max_minutes spent, the same on every process (the schedule follows it)."""
+        self.trunk_report, self.state_cache_seconds = "", 0.0
+        """A frozen trunk's state precompute: its log line and its one-time cost (not training time)."""
 
     # ------------------------------------------------------------------------------------------------ setup
 
@@ -173,7 +176,9 @@ class Trainer:
     def _setup_model(self) -> None:
         cfg, acc, data = self.cfg, self.accelerator, self.data
         self.model = build_model(cfg, data.label_sets, data.encoder)
-        self._precompute_trunk_states()
+        self.trunk_report, self.state_cache_seconds = precompute_trunk_states(
+            self.model, data, acc, cfg.data.eval_batch_size, self.log
+        )
         static = {name: t.loss_weight for name, t in cfg.tasks.items()}
         self.balancer = LossBalancer(cfg.balancing, list(cfg.tasks), static).to(acc.device)
         optimizer = make_optimizer(parameter_groups(self.model, self.balancer, cfg.training.weight_decay), cfg.training)
@@ -199,40 +204,6 @@ class Trainer:
         spent = (lambda: self.budget_spent) if cfg.training.max_minutes else None
         self.lr_factor = lr_lambda(cfg.training, self.total_steps, spent)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor)
-
-    def _precompute_trunk_states(self) -> None:
-        """Mode frozen: the trunk's states of every training and validation text, computed once into the state
-        cache (shared by runs), before training; reported apart from training time."""
-        states = getattr(self.model, "states", None)
-        if states is None or not hasattr(states, "precompute"):
-            return
-        data = self.data
-        sequences = [ex.ids for ex in data.dataset.examples]
-        for source in data.validation_sources:
-            items = [ex.words if ex.words is not None else ex.text for ex in source.examples]
-            sequences += [e.ids for e in data.encoder.encode_batch(items) if not e.truncated]
-        cache = states.cache
-        before = len(cache)
-        bar = self.log.progress(len(sequences), 0, "trunk states") if self.log else None
-        done = [0]
-
-        def progress(n: int, _total: int) -> None:
-            if bar is not None:
-                bar.update(n - done[0])
-            done[0] = n
-
-        with self.accelerator.main_process_first():  # the main process computes, the others then find them
-            if not self.accelerator.is_main_process:
-                cache.rescan()
-            computed, seconds = states.precompute(sequences, self.cfg.data.eval_batch_size, progress)
-        if bar is not None:
-            bar.close()
-        self.trunk_report = (
-            f"trunk states (layer {states.identity.layers} of {states.identity.source}): {computed:,} computed in "
-            f"{seconds / 60:.1f} min, {len(sequences) - computed:,} from the cache ({before:,} entries) at "
-            f"{cache.directory}"
-        )
-        self.state_cache_seconds = seconds
 
     def _restore(self, path: Path, honoured: dict[str, tuple]) -> None:
         state = load_checkpoint(self.accelerator, path, self.verified)
@@ -261,7 +232,7 @@ class Trainer:
     def train(self) -> None:
         """Step until the step budget, patience or training.max_minutes runs out, validating along the way."""
         model = self.accelerator.unwrap_model(self.model)
-        if getattr(self, "trunk_report", None):
+        if self.trunk_report:
             self.log.info(self.trunk_report)
         self.log.banner(
             start_banner(
@@ -454,7 +425,7 @@ class Trainer:
             parameters=self.accelerator.unwrap_model(self.model).num_parameters(),
             stop_reason=st.stop_reason,
             resumed_from=list(st.resumed_from),
-            state_cache_seconds=getattr(self, "state_cache_seconds", 0.0),
+            state_cache_seconds=self.state_cache_seconds,
         )
         self.log.summary(result, self.cfg)
         if self.accelerator.is_main_process:
