@@ -10,73 +10,14 @@ from typing import Any
 
 import yaml
 
+from mtl_decoder.config.checks import check_choice, check_positive
 from mtl_decoder.config.kinds import DEFAULT_PRIMARY_METRIC, METRICS, TASK_KINDS
+from mtl_decoder.config.trunk import TrunkConfig
 from mtl_decoder.config.variants import VARIANTS, Variant
-from mtl_decoder.errors import ConfigError, did_you_mean
+from mtl_decoder.errors import ConfigError
 from mtl_decoder.files import atomic_write_text
 
-
-def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(name, f"{value!r} is not one of {', '.join(choices)}{did_you_mean(str(value), choices)}")
-
-
-def _positive(name: str, value: float, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(name, f"must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-
-
-TRUNK_MODES = ("upcycle", "lora", "frozen")
 POSITION_EMBEDDINGS = ("rope", "linear", "linear_only")
-TRUNK_DTYPES = ("float32", "bfloat16", "float16")
-
-
-@dataclass
-class TrunkConfig:
-    """A pretrained Hugging Face causal LM as the trunk (``pretrained`` unset: the native trunk, from scratch)."""
-
-    pretrained: str | None = None
-    """A hub id (e.g. HuggingFaceTB/SmolLM2-135M), a local checkpoint folder, or a .gguf file; Llama-style (Llama,
-    Mistral, Qwen2/3, SmolLM) and GPT-2 families, through transformers' own classes."""
-    revision: str | None = None
-    """Hub revision (branch, tag or commit) of ``pretrained``."""
-    mode: str = "frozen"
-    """'upcycle': every layer's MLP becomes its expert block, every expert a copy of the pretrained MLP (the model
-    computes exactly the pretrained function at step 0), all weights trained. 'lora': the pretrained weights frozen,
-    each expert the frozen MLP plus its own low-rank update. 'frozen': the trunk frozen, its hidden states at
-    ``layers`` computed once per text and cached on disk, native PLE layers (model.n_layers) trained on top."""
-    layers: int | None = None
-    """Keep the first N pretrained blocks (None: all)."""
-    dtype: str = "float32"
-    """Weights of the pretrained trunk: 'float32', 'bfloat16' or 'float16' (the last two for GPUs)."""
-    lora_rank: int = 8
-    """Rank of each expert's low-rank update (mode 'lora')."""
-    lora_alpha: float = 16.0
-    """LoRA scaling numerator: updates are scaled by lora_alpha / lora_rank."""
-    lora_attention: bool = False
-    """Mode 'lora': also put one low-rank update on the attention projections (shared by all routes)."""
-    cache_dir: str | None = None
-    """Mode 'frozen': where hidden states are cached (default ~/.cache/mtl-decoder/states); keyed by the base
-    model's weights hash, the layer and the token ids, so runs can share it."""
-    save: str = "reference"
-    """What best/ stores of a frozen or LoRA trunk: 'reference' (its id or path and a hash of its weights, checked
-    on load) or 'full' (the pretrained weights too, so the folder stands alone)."""
-    gradient_checkpointing: bool = False
-    """Recompute the trunk's activations in the backward pass (modes 'upcycle' and 'lora'): less memory, ~30% more
-    compute; for large trunks."""
-
-    def __post_init__(self) -> None:
-        _choice("mode", self.mode, TRUNK_MODES)
-        _choice("dtype", self.dtype, TRUNK_DTYPES)
-        _choice("save", self.save, ("reference", "full"))
-        if self.layers is not None:
-            _positive("layers", self.layers)
-        _positive("lora_rank", self.lora_rank)
-        _positive("lora_alpha", self.lora_alpha)
-
-    @property
-    def enabled(self) -> bool:
-        return self.pretrained is not None
 
 
 @dataclass
@@ -143,36 +84,36 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_layers", "n_heads", "expert_hidden"):
-            _positive(name, getattr(self, name))
+            check_positive(name, getattr(self, name))
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise ConfigError("n_heads", f"d_model {self.d_model} / n_heads {self.n_heads} must be an even integer")
-        _choice("attention", self.attention, ("causal", "bidirectional"))
-        _choice("norm", self.norm, ("rmsnorm", "layernorm"))
-        _choice("ffn", self.ffn, tuple(VARIANTS))
-        _choice("tagging_decoder", self.tagging_decoder, ("softmax", "crf"))
-        _choice("word_token", self.word_token, ("first", "last", "auto"))
-        _choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
-        _choice("position_embedding_where", self.position_embedding_where, ("input", "every_layer"))
-        _positive("position_max_length", self.position_max_length)
+        check_choice("attention", self.attention, ("causal", "bidirectional"))
+        check_choice("norm", self.norm, ("rmsnorm", "layernorm"))
+        check_choice("ffn", self.ffn, tuple(VARIANTS))
+        check_choice("tagging_decoder", self.tagging_decoder, ("softmax", "crf"))
+        check_choice("word_token", self.word_token, ("first", "last", "auto"))
+        check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        check_choice("position_embedding_where", self.position_embedding_where, ("input", "every_layer"))
+        check_positive("position_max_length", self.position_max_length)
         if self.position_scale_bound is not None:
-            _positive("position_scale_bound", self.position_scale_bound)
+            check_positive("position_scale_bound", self.position_scale_bound)
         if self.variant.gated:
-            _positive("n_shared_experts", self.n_shared_experts)
+            check_positive("n_shared_experts", self.n_shared_experts)
         if self.variant.task_experts:
-            _positive("n_task_experts", self.n_task_experts)
+            check_positive("n_task_experts", self.n_task_experts)
         if self.mlp_hidden is not None:
-            _positive("mlp_hidden", self.mlp_hidden)
+            check_positive("mlp_hidden", self.mlp_hidden)
         if not 0.0 < self.initial_shared_weight < 1.0:
             raise ConfigError(
                 "initial_shared_weight", f"must lie strictly between 0 and 1, got {self.initial_shared_weight}"
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError("dropout", f"must lie in [0, 1), got {self.dropout}")
-        _positive("char_embedding", self.char_embedding, allow_zero=True)
-        _positive("word_hash_buckets", self.word_hash_buckets, allow_zero=True)
+        check_positive("char_embedding", self.char_embedding, allow_zero=True)
+        check_positive("word_hash_buckets", self.word_hash_buckets, allow_zero=True)
         if self.word_hash_buckets == 1:
             raise ConfigError("word_hash_buckets", "must be 0 (off) or at least 2")
-        _positive("word_hash_dim", self.word_hash_dim)
+        check_positive("word_hash_dim", self.word_hash_dim)
 
     @property
     def word_token_position(self) -> str:
@@ -206,8 +147,8 @@ class TokenizerConfig:
     """A trained tokenizer's pieces must occur at least this often."""
 
     def __post_init__(self) -> None:
-        _choice("kind", self.kind, ("bpe", "wordpiece", "wordlevel", "pretrained"))
-        _positive("vocab_size", self.vocab_size)
+        check_choice("kind", self.kind, ("bpe", "wordpiece", "wordlevel", "pretrained"))
+        check_positive("vocab_size", self.vocab_size)
         if self.kind == "pretrained" and not self.pretrained:
             raise ConfigError("pretrained", "is required when tokenizer.kind is 'pretrained'")
 
@@ -237,10 +178,10 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_length", "batch_size", "eval_batch_size", "temperature"):
-            _positive(name, getattr(self, name))
+            check_positive(name, getattr(self, name))
         if self.max_length < 4:
             raise ConfigError("max_length", f"must be at least 4, got {self.max_length}")
-        _choice("sampling", self.sampling, ("proportional", "temperature", "round_robin"))
+        check_choice("sampling", self.sampling, ("proportional", "temperature", "round_robin"))
         if not 0.0 <= self.word_dropout < 1.0:
             raise ConfigError("word_dropout", f"must lie in [0, 1), got {self.word_dropout}")
 
@@ -293,17 +234,17 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         for name in ("epochs", "lr", "grad_accum_steps", "log_every", "keep_checkpoints"):
-            _positive(name, getattr(self, name))
+            check_positive(name, getattr(self, name))
         for name in ("weight_decay", "max_grad_norm", "eval_every", "patience"):
-            _positive(name, getattr(self, name), allow_zero=True)
+            check_positive(name, getattr(self, name), allow_zero=True)
         if self.max_steps is not None:
-            _positive("max_steps", self.max_steps)
+            check_positive("max_steps", self.max_steps)
         if self.max_minutes is not None:
-            _positive("max_minutes", self.max_minutes)
+            check_positive("max_minutes", self.max_minutes)
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError("warmup_ratio", f"must lie in [0, 1), got {self.warmup_ratio}")
-        _choice("schedule", self.schedule, ("linear", "cosine", "constant"))
-        _choice("mixed_precision", self.mixed_precision, ("no", "bf16", "fp16"))
+        check_choice("schedule", self.schedule, ("linear", "cosine", "constant"))
+        check_choice("mixed_precision", self.mixed_precision, ("no", "bf16", "fp16"))
 
 
 @dataclass
@@ -325,14 +266,14 @@ class BalancingConfig:
     """Guard for 'ema' (at least 1): cap on a task's weight relative to the geometric mean; see min_weight."""
 
     def __post_init__(self) -> None:
-        _choice("method", self.method, ("ema", "equal", "static", "dwa", "uncertainty"))
+        check_choice("method", self.method, ("ema", "equal", "static", "dwa", "uncertainty"))
         if not 0.0 <= self.beta < 1.0:
             raise ConfigError("beta", f"must lie in [0, 1), got {self.beta}")
-        _positive("scale", self.scale)
-        _positive("temperature", self.temperature)
+        check_positive("scale", self.scale)
+        check_positive("temperature", self.temperature)
         for name in ("min_weight", "max_weight"):
             if getattr(self, name) is not None:
-                _positive(name, getattr(self, name))
+                check_positive(name, getattr(self, name))
         if self.min_weight and self.max_weight and self.min_weight > self.max_weight:
             raise ConfigError("min_weight", f"{self.min_weight} is above max_weight {self.max_weight}")
         if self.min_weight is not None and self.min_weight > 1:
@@ -403,14 +344,14 @@ class TaskConfig:
     """Weight of the task's primary metric in the selection score (weighted mean)."""
 
     def __post_init__(self) -> None:
-        _choice("kind", self.kind, TASK_KINDS)
+        check_choice("kind", self.kind, TASK_KINDS)
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise ConfigError("name", f"{self.name!r} must be a non-empty identifier (letters, digits, _ or -)")
         if self.primary_metric is None:
             self.primary_metric = DEFAULT_PRIMARY_METRIC[self.kind]
-        _choice("primary_metric", self.primary_metric, METRICS[self.kind])
-        _positive("loss_weight", self.loss_weight, allow_zero=True)
-        _positive("metric_weight", self.metric_weight, allow_zero=True)
+        check_choice("primary_metric", self.primary_metric, METRICS[self.kind])
+        check_positive("loss_weight", self.loss_weight, allow_zero=True)
+        check_positive("metric_weight", self.metric_weight, allow_zero=True)
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
             raise ConfigError("labels", "contains duplicates")
 
