@@ -178,6 +178,7 @@ def train_one(name: str, args: argparse.Namespace, carved: tuple[Path, Path] | N
         "tokens_per_s": summary["tokens_per_s"],
         "parameters": summary["parameters"],
         "peak_memory_mb": usage.ru_maxrss / 1024,  # of the last process only, when the run was resumed
+        "state_cache_minutes": summary.get("state_cache_seconds", 0.0) / 60,  # frozen trunk, once; not training
     }
 
 
@@ -287,6 +288,13 @@ def table(results: dict) -> str:
     if semeval:
         lines += ["", *block(semeval, SEMEVAL_COLUMNS, ("semeval14_aspect", "semeval14_polarity"))]
     notes = {mark: text for run in results.values() for mark, text in footnotes(run)}
+    if STATES in notes:
+        cached = ", ".join(
+            f"{name} {run['state_cache_minutes']:.1f} min"
+            for name, run in runs.items()
+            if (run.get("state_cache_minutes") or 0.0) >= 0.05
+        )
+        notes[STATES] += f": {cached}; not in train min; the runs after it read the states from the cache"
     lines += ["", *(f"{mark} {text}" for mark, text in sorted(notes.items()))]
     machines: dict[str, list[str]] = {}
     for name, run in runs.items():
@@ -297,6 +305,7 @@ def table(results: dict) -> str:
 
 RESUMED = "†"
 CAPPED = "‡"
+STATES = "§"
 
 
 def footnotes(run: dict) -> list[tuple[str, str]]:
@@ -308,6 +317,8 @@ def footnotes(run: dict) -> list[tuple[str, str]]:
         out.append((RESUMED, "resumed from a checkpoint: its peak memory is that of its last process only"))
     if any(r.get("stop_reason") == "time_budget" for r in parts):
         out.append((CAPPED, "stopped by the wall-clock cap (training.max_minutes) before its step budget"))
+    if any((r.get("state_cache_minutes") or 0.0) >= 0.05 for r in parts):
+        out.append((STATES, "computed the frozen trunk's states into the shared cache before training"))
     return out
 
 
