@@ -75,6 +75,24 @@ MODELS: dict[str, tuple[str, list[str], str]] = {
         for attention in ("causal", "bidirectional")
         for token in ("first", "last")
     },
+    # what the word features buy over a pretrained trunk (same 1,500 CoNLL steps): hashed words let a model
+    # memorise names, which may not carry to the test set's unseen ones
+    "smollm2_conll_no_hashed_words": (
+        "smollm2_single_conll2003.yaml",
+        ["model.word_hash_buckets=0", "training.max_steps=1500", "training.eval_every=500"],
+        "SmolLM2 frozen, CoNLL only, 1,500 steps, no hashed word features (character CNN and word shape kept)",
+    ),
+    "smollm2_conll_trunk_only": (
+        "smollm2_single_conll2003.yaml",
+        [
+            "model.word_hash_buckets=0",
+            "model.char_embedding=0",
+            "model.word_features=false",
+            "training.max_steps=1500",
+            "training.eval_every=500",
+        ],
+        "SmolLM2 frozen, CoNLL only, 1,500 steps, no word features at all: the trunk's states alone",
+    ),
     "ple_linear_pos": (
         "ple.yaml",
         ["model.position_embedding=linear", "model.position_embedding_where=every_layer"],
