@@ -93,6 +93,11 @@ MODELS: dict[str, tuple[str, list[str], str]] = {
         ],
         "SmolLM2 frozen, CoNLL only, 1,500 steps, no word features at all: the trunk's states alone",
     ),
+    "smollm2_single_conll2003_trunk_only": (
+        "smollm2_single_conll2003.yaml",
+        ["model.word_hash_buckets=0", "model.char_embedding=0", "model.word_features=false"],
+        "smollm2_single_conll2003 without word features, its full 6,500 steps",
+    ),
     "ple_linear_pos": (
         "ple.yaml",
         ["model.position_embedding=linear", "model.position_embedding_where=every_layer"],
