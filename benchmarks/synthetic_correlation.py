@@ -66,8 +66,8 @@ N(0, 1/d_model). The results file reports what each gives.
 
 Training: Adam, one learning rate for every model (3e-3, constant, then linear decay to 0 over the last 20% of the
 steps), batch 128, loss = sum of the two tasks' MSE, 1,200 steps (the 10-minute budget; the nets are not converged
-there, see the results file's long run). Reported: held-out MSE after the last step. All runs are deterministic
-for a given seed and thread count.
+there: each run's held-out curve is in the results file, and --steps runs longer). Reported: held-out MSE after
+the last step. All runs are deterministic for a given seed and thread count.
 """
 
 from __future__ import annotations
