@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from mtl_decoder.files import atomic_write_text
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "configs" / "bench"
 
@@ -399,9 +401,7 @@ def save_run(path: Path, name: str, run: dict) -> dict:
     results = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
     results["runs"][name] = run
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(results, indent=2))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(results, indent=2))
     return results
 
 
