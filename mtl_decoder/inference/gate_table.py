@@ -3,8 +3,8 @@ the experts those weights leave under a threshold.
 
 ``build_gate_table`` runs a trained model over a sample of inputs and records, for every layer and gate, the norm
 of each token's gate input (the normed residual stream the gate reads) and the gate's weights. Tokens are put in
-``buckets`` buckets of equal count by that norm; each bucket keeps its mean weights. ``apply_gate_table`` then
-makes every expert block, per token:
+``buckets`` buckets of equal count by that norm; each bucket keeps its mean weights. ``apply_gate_table``
+(``gate_apply.py``) then makes every expert block, per token:
 
 1. look its gate input's norm up in the buckets and take the bucket's mean weights, except near a bucket edge
    (within ``edge_margin`` of the bucket's width from an inner edge) or outside the norms seen in the sample, where
@@ -36,7 +36,7 @@ from safetensors.torch import load_file, save_file
 from mtl_decoder.config import SHARED
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_json, temporary_sibling
-from mtl_decoder.model import ExpertBlock, ExpertGroup, Gate, RouteLayout
+from mtl_decoder.model import ExpertBlock, Gate, RouteLayout
 from mtl_decoder.saved import WEIGHTS_FILE, SavedModel
 
 FORMAT = 1
@@ -206,7 +206,7 @@ weight column (expert group, expert, the rows of the input that expert reads for
 last layer, whose shared route gets no update."""
 
 
-def _plan(block: ExpertBlock, M_in: int, layout: RouteLayout, fork: bool, device: torch.device) -> Plan:
+def route_plan(block: ExpertBlock, M_in: int, layout: RouteLayout, fork: bool, device: torch.device) -> Plan:
     """What ``ExpertBlock.forward(x, layout, fork)`` computes, gate by gate (see ``ExpertBlock``: ple's routes hold
     the same tokens in the same order; at a fork every route reads the bottom's tokens)."""
     everyone = torch.arange(M_in, device=device)
@@ -235,7 +235,7 @@ def _plan(block: ExpertBlock, M_in: int, layout: RouteLayout, fork: bool, device
     return plan
 
 
-def _gates(model) -> list[tuple[int, str, Gate, ExpertBlock]]:
+def gates_of(model) -> list[tuple[int, str, Gate, ExpertBlock]]:
     out = []
     for layer, block in enumerate(model.expert_blocks()):
         if block is None:
@@ -262,7 +262,7 @@ def build_gate_table(
 
     check_settings(buckets, threshold, edge_margin)
     model = saved.model
-    gates = _gates(model)
+    gates = gates_of(model)
     if not gates:
         raise UserError(f"{saved.directory}: the model has no gates (model.ffn={model.cfg.ffn}): nothing to tabulate")
     seen: dict[tuple[int, str], list[tuple[torch.Tensor, torch.Tensor]]] = {(i, n): [] for i, n, _, _ in gates}
@@ -277,7 +277,7 @@ def build_gate_table(
             layout = args[1] if len(args) > 1 else kwargs["layout"]
             fork = args[2] if len(args) > 2 else kwargs.get("fork", False)
             weights = output[1]
-            for entry in _plan(module, x.shape[0], layout, fork, x.device):
+            for entry in route_plan(module, x.shape[0], layout, fork, x.device):
                 if len(entry) == 3 and entry[0] in weights:
                     norms = x[entry[1]].detach().float().norm(dim=-1).cpu()
                     seen[(layer, entry[0])].append((norms, weights[entry[0]].detach().float().cpu()))
@@ -321,162 +321,3 @@ def check_settings(buckets: int, threshold: float, edge_margin: float) -> None:
         raise UserError(f"--threshold must lie in [0, 1) (a gate weight), got {threshold}")
     if not 0.0 <= edge_margin <= 0.5:
         raise UserError(f"--edge-margin must lie in [0, 0.5] (a share of a bucket's width), got {edge_margin}")
-
-
-# ------------------------------------------------------------------------------------------ inference
-
-
-def apply_gate_table(
-    saved: SavedModel,
-    table: GateTable | str | Path,
-    threshold: float | None = None,
-    edge_margin: float | None = None,
-) -> GateStats:
-    """Make every expert block of ``saved``'s model use the table (until ``remove_gate_table``); ``threshold`` and
-    ``edge_margin`` default to the table's. Returns the counters the blocks update."""
-    if not isinstance(table, GateTable):
-        table = GateTable.load(table)
-    threshold = table.threshold if threshold is None else threshold
-    edge_margin = table.edge_margin if edge_margin is None else edge_margin
-    check_settings(table.buckets, threshold, edge_margin)
-    model = saved.model
-    sha = weights_sha256(saved)
-    if table.weights_sha256 and sha and table.weights_sha256 != sha:
-        raise UserError(
-            f"the gate table was built from another model (weights {table.weights_sha256[:12]}..., this one "
-            f"{sha[:12]}...): build it again for {saved.directory}"
-        )
-    gates = _gates(model)
-    expected = {(layer, name) for layer, name, _, _ in gates}
-    if set(table.entries) != expected:
-        raise UserError(
-            f"the gate table's gates ({len(table.entries)}) are not this model's ({len(expected)}): build it again "
-            f"for {saved.directory}"
-        )
-    for layer, name, _, block in gates:
-        if table.entries[(layer, name)].experts != block.expert_names(name, model.task_names):
-            raise UserError(f"the gate table's layer {layer} gate '{name}' mixes other experts: build it again")
-    remove_gate_table(saved)
-    stats = GateStats()
-    for layer, block in enumerate(model.expert_blocks()):
-        if block is not None:
-            entries = {name: table.entries[(lay, name)] for lay, name in table.entries if lay == layer}
-            block.forward = _TableBlock(block, entries, threshold, edge_margin, stats)
-    return stats
-
-
-def remove_gate_table(saved: SavedModel) -> None:
-    """Back to the exact blocks."""
-    for block in saved.model.expert_blocks():
-        if block is not None and isinstance(block.__dict__.get("forward"), _TableBlock):
-            del block.forward
-
-
-class _TableBlock:
-    """An expert block's forward with table gates and skipped experts (same inputs and outputs as
-    ``ExpertBlock.forward``)."""
-
-    def __init__(self, block: ExpertBlock, entries: dict[str, GateEntry], threshold: float, margin: float, stats):
-        self.block, self.threshold, self.margin, self.stats = block, threshold, margin, stats
-        self.entries = {}
-        for name, entry in entries.items():
-            bounds = torch.cat([torch.tensor([entry.low]), entry.edges.float(), torch.tensor([entry.high])])
-            self.entries[name] = (entry.edges.float(), bounds, entry.means.float(), entry.low, entry.high)
-        self.experts: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-
-    # the plan: per gate, its input rows of x and, per weight column, (expert group, expert, rows of x it reads)
-
-    def __call__(self, x: torch.Tensor, layout: RouteLayout, fork: bool = False):
-        block = self.block
-        M_in = x.shape[0]
-        device = x.device
-        plan = _plan(block, M_in, layout, fork, device)
-        gates: dict[str, torch.Tensor] = {}
-        needed: dict[tuple[int, int], torch.Tensor] = {}
-        possible: dict[tuple[int, int], torch.Tensor] = {}
-        for entry in plan:
-            if len(entry) == 2:
-                continue
-            name, rows, cols = entry
-            weights = self._weights(name, x[rows], block)
-            gates[name] = weights
-            for j, (group, e, col_rows) in enumerate(cols):
-                key = (id(group), e)
-                if key not in needed:
-                    needed[key] = torch.zeros(M_in, dtype=torch.bool, device=device)
-                    possible[key] = torch.zeros(M_in, dtype=torch.bool, device=device)
-                needed[key][col_rows[weights[:, j] > 0]] = True
-                possible[key][col_rows] = True
-
-        outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-        for entry in plan:
-            if len(entry) == 2:
-                continue
-            for group, e, _ in entry[2]:
-                key = (id(group), e)
-                if key in outputs:
-                    continue
-                idx = needed[key].nonzero().squeeze(1)
-                inverse = torch.full((M_in,), -1, dtype=torch.long, device=device)
-                inverse[idx] = torch.arange(len(idx), device=device)
-                outputs[key] = (self._expert(group, e, x[idx]), inverse)
-                self.stats.expert_rows += int(possible[key].sum())
-                self.stats.expert_rows_run += len(idx)
-
-        outs = []
-        for entry in plan:
-            if len(entry) == 2:
-                outs.append(x.new_zeros(entry[1], x.shape[1]))  # ple's last layer: nothing reads the shared route
-                continue
-            name, rows, cols = entry
-            weights = gates[name]
-            out = x.new_zeros(len(rows), x.shape[1])
-            for j, (group, e, col_rows) in enumerate(cols):
-                y, inverse = outputs[(id(group), e)]
-                if len(y) == 0:  # no token reads this expert here
-                    continue
-                # every row at once: a row that dropped the expert has weight 0 and picks some computed row (finite)
-                picked = y[inverse[col_rows].clamp(min=0)]
-                out.addcmul_(weights[:, j : j + 1].to(y.dtype), picked)
-            outs.append(out)
-        return torch.cat(outs), gates
-
-    def _weights(self, name: str, x: torch.Tensor, block: ExpertBlock) -> torch.Tensor:
-        """(M, E): the bucket's mean weights (the real gate's near an edge), under-threshold experts dropped."""
-        edges, bounds, means, low, high = self.entries[name]
-        if edges.device != x.device:  # the model on an accelerator: the table follows it, once
-            edges, bounds, means = (t.to(x.device) for t in (edges, bounds, means))
-            self.entries[name] = (edges, bounds, means, low, high)
-        norms = x.float().norm(dim=-1)
-        which = torch.bucketize(norms, edges)
-        weights = means[which]
-        lo, hi = bounds[which], bounds[which + 1]
-        width = (hi - lo) * self.margin
-        near = (norms < low) | (norms > high)
-        if self.margin >= 0.5:  # every token's real gate: only the skipping approximates
-            near = torch.ones_like(near)
-        elif len(edges):
-            near |= ((which > 0) & (norms - lo < width)) | ((which < len(edges)) & (hi - norms < width))
-        gate = block.shared_gate if name == SHARED else block.task_gates[name]
-        n_near = int(near.sum())
-        if n_near:
-            weights = weights.clone()
-            weights[near] = gate(x[near])
-        self.stats.tokens += len(norms)
-        self.stats.full_gates += n_near
-        keep = (weights >= self.threshold) | (weights == weights.amax(dim=-1, keepdim=True))
-        weights = weights * keep
-        return weights / weights.sum(dim=-1, keepdim=True)
-
-    def _expert(self, group, e: int, x: torch.Tensor) -> torch.Tensor:
-        """Expert ``e`` of ``group`` on the rows x: (n, C)."""
-        if not isinstance(group, ExpertGroup):  # another kind of expert: run the group, keep the one
-            return group(x)[e] if len(x) else x.new_zeros(0, x.shape[1])
-        key = (id(group), e)
-        if key not in self.experts:  # expert e's own weights, contiguous (read once: the model is not training)
-            H = group.hidden
-            self.experts[key] = (group.w_in[:, e * 2 * H : (e + 1) * 2 * H].contiguous(), group.w_out[e])
-        w_in, w_out = self.experts[key]
-        h = x @ w_in.to(x.dtype)
-        gate, up = h[:, : group.hidden], h[:, group.hidden :]
-        return (torch.nn.functional.silu(gate) * up) @ w_out.to(x.dtype)

@@ -43,6 +43,7 @@ from mtl_decoder.config import TAGGING, parse_task_names
 from mtl_decoder.data.batching import EncodedExample, collator_for
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import AtomicFile, check_writable_parent, terminate_unwinds
+from mtl_decoder.inference.segmenter import Segmenter, Word
 from mtl_decoder.model import MTLDecoder
 from mtl_decoder.saved import SavedModel, load_model
 
@@ -64,23 +65,6 @@ class StreamedWord:
 
 
 @dataclass
-class _Word:
-    """A closed word on its way through the model."""
-
-    text: str
-    start: int
-    end: int
-    ids: list[int]
-    """Its tokens (byte-level tokenizers: with the space-only tokens just before it)."""
-    first: int
-    """Index in ``ids`` of its first sub-word."""
-    last: int
-    """Index in ``ids`` of its last sub-word (tags are read at one of them: ``model.word_token``)."""
-    number: int = -1
-    emissions: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-@dataclass
 class StreamStats:
     words: int = 0
     tokens: int = 0
@@ -95,83 +79,6 @@ class StreamStats:
             f"streamed {self.characters:,} characters: {self.words:,} words, {self.tokens:,} tokens, "
             f"{self.restarts:,} restarts at the maximum length; {self.seconds:.1f} s, {rate:,.0f} words/s"
         )
-
-
-class _Segmenter:
-    """Cuts a growing text into closed words with their tokens, as the tokenizer cuts the whole text."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.pending = ""
-        self.base = 0
-        """Offset of ``pending`` in the stream."""
-
-    def feed(self, chunk: str, final: bool = False) -> list[_Word]:
-        self.pending += chunk
-        text = self.pending
-        if not text:
-            return []
-        enc = self.tokenizer.encode(text, add_special_tokens=False)
-        words, token_word = _words_of(text, enc)
-        # closed: every word but the last, and the last once something (a space) follows it
-        closed = len(words) if final or (words and words[-1][1] < len(text)) else max(0, len(words) - 1)
-        owner = _owners(token_word, len(words))
-        out: list[_Word] = []
-        token = 0
-        for w in range(closed):
-            start, end = words[w]
-            ids: list[int] = []
-            first = last = -1
-            while token < len(enc.ids) and owner[token] == w:
-                if token_word[token] == w:
-                    first = len(ids) if first < 0 else first
-                    last = len(ids)
-                ids.append(enc.ids[token])
-                token += 1
-            out.append(_Word(text[start:end], self.base + start, self.base + end, ids, max(first, 0), max(last, 0)))
-        cut = len(text) if final else (words[closed - 1][1] if closed else 0)
-        self.pending = text[cut:]
-        self.base += cut
-        return out
-
-
-def _words_of(text: str, enc) -> tuple[list[tuple[int, int]], list[int]]:
-    """Words of a text as ``TextEncoder.encode_text`` finds them (spans, and each token's word, -1 for a space-only
-    token), from a tokenizer encoding without special tokens."""
-    spans: list[tuple[int, int]] = []
-    number: dict[int, int] = {}
-    token_word: list[int] = []
-    for word, (start, end) in zip(enc.word_ids, enc.offsets, strict=True):
-        if word is None or (word not in number and not text[start:end].strip()):
-            token_word.append(-1)
-            continue
-        if word not in number:
-            number[word] = len(spans)
-            spans.append((start, end))
-        else:
-            i = number[word]
-            spans[i] = (min(spans[i][0], start), max(spans[i][1], end))
-        token_word.append(number[word])
-    for i, (start, end) in enumerate(spans):  # as encode_text: merged characters, byte-level leading spaces
-        limit = spans[i + 1][0] if i + 1 < len(spans) else len(text)
-        while end < limit and not text[end].isspace():
-            end += 1
-        while start < end - 1 and text[start].isspace():
-            start += 1
-        spans[i] = (start, end)
-    return spans, token_word
-
-
-def _owners(token_word: list[int], n_words: int) -> list[int]:
-    """The word each token is committed with: its own, or for a space-only token the word after it (byte-level
-    BPE cuts the spaces before a word differently while the text still ends in them); ``n_words`` for spaces after
-    the last word."""
-    owner, following = [0] * len(token_word), n_words
-    for t in range(len(token_word) - 1, -1, -1):
-        if token_word[t] >= 0:
-            following = token_word[t]
-        owner[t] = following
-    return owner
 
 
 class StreamTagger:
@@ -230,13 +137,13 @@ class StreamTagger:
             raise UserError(
                 f"context must lie in [0, {room - 1}] tokens (data.max_length - special tokens), got {context}"
             )
-        self.segmenter = _Segmenter(encoder.tokenizer)
+        self.segmenter = Segmenter(encoder.tokenizer)
         self.collate = collator_for(model.cfg, encoder.pad_id, {})
         self.device = next(model.parameters()).device
         self.cache = model.new_cache(1, self.capacity, names)
-        self.history: list[tuple[int, _Word | None]] = []
+        self.history: list[tuple[int, Word | None]] = []
         """The tokens in the cache after the prefix: (id, the word it belongs to or None)."""
-        self.pending: list[_Word] = []
+        self.pending: list[Word] = []
         """Words run through the model whose tags are not yet final (CRF look-ahead)."""
         self.last_tag: dict[str, int | None] = dict.fromkeys(self.crf_tasks)
         self.words_seen = 0
@@ -257,7 +164,7 @@ class StreamTagger:
         out = self._tag(self.segmenter.feed("", final=True))
         return out + self._emit(final=True)
 
-    def _tag(self, words: list[_Word]) -> list[StreamedWord]:
+    def _tag(self, words: list[Word]) -> list[StreamedWord]:
         if not words:
             return []
         for w in words:
@@ -267,13 +174,13 @@ class StreamTagger:
         return self._emit(final=False)
 
     @torch.inference_mode()
-    def _run_words(self, words: list[_Word]) -> None:
+    def _run_words(self, words: list[Word]) -> None:
         """Run the words' tokens through the model, whole words at a time, restarting from the context when the
         next word does not fit."""
         if not self._started:
             self._run([(i, None) for i in self.prefix], [])
             self._started = True
-        group: list[_Word] = []
+        group: list[Word] = []
         used = 0
         for w in words:
             n = len(w.ids)
@@ -294,13 +201,13 @@ class StreamTagger:
     def _free(self) -> int:
         return self.capacity - int(self.cache.lengths[0])
 
-    def _run_group(self, group: list[_Word]) -> None:
+    def _run_group(self, group: list[Word]) -> None:
         tokens = [(i, w) for w in group for i in w.ids]
         self._run(tokens, group)
         self.stats.tokens += len(tokens)
         self.pending.extend(group)
 
-    def _restart(self, word: _Word) -> None:
+    def _restart(self, word: Word) -> None:
         """The sliding window: rewind the cache and run the prefix and the last ``context`` tokens (whole words)
         again, leaving room for ``word``, which did not fit."""
         self.stats.restarts += 1
@@ -317,7 +224,7 @@ class StreamTagger:
         if kept:
             self._run(kept, [])
 
-    def _run(self, tokens: list[tuple[int, _Word | None]], emit_for: list[_Word]) -> None:
+    def _run(self, tokens: list[tuple[int, Word | None]], emit_for: list[Word]) -> None:
         """One step: ``tokens`` (id, word) through the layers; the tagging emissions of ``emit_for``'s words."""
         ids = [i for i, _ in tokens]
         words = [w for _, w in tokens]
@@ -452,7 +359,7 @@ def stream_file(
             raise UserError(f"{output}: already exists (use --force to overwrite)")
     saved = model if isinstance(model, SavedModel) else load_model(model, device)
     if gate_table is not None:
-        from mtl_decoder.inference.gate_table import apply_gate_table
+        from mtl_decoder.inference.gate_apply import apply_gate_table
 
         apply_gate_table(saved, gate_table)
     tagger = StreamTagger(saved, tasks, lookahead, context)

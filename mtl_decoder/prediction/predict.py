@@ -274,7 +274,7 @@ def _load(model: SavedModel | str | Path, device: str | torch.device | None) -> 
 def _with_gate_table(saved: SavedModel, gate_table: str | Path | None) -> SavedModel:
     """The model reading its gates from a gate table (opt-in; see mtl_decoder.inference.gate_table)."""
     if gate_table is not None:
-        from mtl_decoder.inference.gate_table import apply_gate_table
+        from mtl_decoder.inference.gate_apply import apply_gate_table
 
         apply_gate_table(saved, gate_table)
     return saved

@@ -14,16 +14,8 @@ from mtl_decoder.cli import main
 from mtl_decoder.config import VARIANTS
 from mtl_decoder.errors import UserError
 from mtl_decoder.inference import Predictor
-from mtl_decoder.inference.gate_table import (
-    GateStats,
-    GateTable,
-    _bucket,
-    _TableBlock,
-    apply_gate_table,
-    build_gate_table,
-    remove_gate_table,
-    table_paths,
-)
+from mtl_decoder.inference.gate_apply import _TableBlock, apply_gate_table, remove_gate_table
+from mtl_decoder.inference.gate_table import GateStats, GateTable, _bucket, build_gate_table, table_paths
 from mtl_decoder.model import Gate
 from mtl_decoder.saved import load_model
 

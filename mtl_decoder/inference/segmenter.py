@@ -1,0 +1,105 @@
+"""Cutting a growing text into closed words with their tokens, as the tokenizer cuts the whole text.
+
+Used by the streaming tagger (``streaming.py``): a word is *closed* once the text after it holds a space or the
+start of another word, and a closed word's tokens never change, whatever arrives after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Word:
+    """A closed word on its way through the model."""
+
+    text: str
+    start: int
+    end: int
+    ids: list[int]
+    """Its tokens (byte-level tokenizers: with the space-only tokens just before it)."""
+    first: int
+    """Index in ``ids`` of its first sub-word."""
+    last: int
+    """Index in ``ids`` of its last sub-word (tags are read at one of them: ``model.word_token``)."""
+    number: int = -1
+    emissions: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class Segmenter:
+    """Cuts a growing text into closed words with their tokens, as the tokenizer cuts the whole text."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.pending = ""
+        self.base = 0
+        """Offset of ``pending`` in the stream."""
+
+    def feed(self, chunk: str, final: bool = False) -> list[Word]:
+        self.pending += chunk
+        text = self.pending
+        if not text:
+            return []
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        words, token_word = words_of(text, enc)
+        # closed: every word but the last, and the last once something (a space) follows it
+        closed = len(words) if final or (words and words[-1][1] < len(text)) else max(0, len(words) - 1)
+        owner = owners(token_word, len(words))
+        out: list[Word] = []
+        token = 0
+        for w in range(closed):
+            start, end = words[w]
+            ids: list[int] = []
+            first = last = -1
+            while token < len(enc.ids) and owner[token] == w:
+                if token_word[token] == w:
+                    first = len(ids) if first < 0 else first
+                    last = len(ids)
+                ids.append(enc.ids[token])
+                token += 1
+            out.append(Word(text[start:end], self.base + start, self.base + end, ids, max(first, 0), max(last, 0)))
+        cut = len(text) if final else (words[closed - 1][1] if closed else 0)
+        self.pending = text[cut:]
+        self.base += cut
+        return out
+
+
+def words_of(text: str, enc) -> tuple[list[tuple[int, int]], list[int]]:
+    """Words of a text as ``TextEncoder.encode_text`` finds them (spans, and each token's word, -1 for a space-only
+    token), from a tokenizer encoding without special tokens."""
+    spans: list[tuple[int, int]] = []
+    number: dict[int, int] = {}
+    token_word: list[int] = []
+    for word, (start, end) in zip(enc.word_ids, enc.offsets, strict=True):
+        if word is None or (word not in number and not text[start:end].strip()):
+            token_word.append(-1)
+            continue
+        if word not in number:
+            number[word] = len(spans)
+            spans.append((start, end))
+        else:
+            i = number[word]
+            spans[i] = (min(spans[i][0], start), max(spans[i][1], end))
+        token_word.append(number[word])
+    for i, (start, end) in enumerate(spans):  # as encode_text: merged characters, byte-level leading spaces
+        limit = spans[i + 1][0] if i + 1 < len(spans) else len(text)
+        while end < limit and not text[end].isspace():
+            end += 1
+        while start < end - 1 and text[start].isspace():
+            start += 1
+        spans[i] = (start, end)
+    return spans, token_word
+
+
+def owners(token_word: list[int], n_words: int) -> list[int]:
+    """The word each token is committed with: its own, or for a space-only token the word after it (byte-level
+    BPE cuts the spaces before a word differently while the text still ends in them); ``n_words`` for spaces after
+    the last word."""
+    owner, following = [0] * len(token_word), n_words
+    for t in range(len(token_word) - 1, -1, -1):
+        if token_word[t] >= 0:
+            following = token_word[t]
+        owner[t] = following
+    return owner
