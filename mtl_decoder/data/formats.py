@@ -30,12 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtl_decoder.errors import DataError, UserError
+from mtl_decoder.data.safejson import MAX_JSON_DEPTH, json_depth_exceeds, json_kind, json_list_cell, parse_json_object
+from mtl_decoder.errors import DataError
 
 MAX_LINE_BYTES = 1 << 20
 """Longest line read (1 MiB); a longer one is a bad record, not a reason to fill memory."""
-MAX_JSON_DEPTH = 64
-"""Deepest JSON nesting accepted in a record (Python's parser recurses once per level)."""
 
 
 @dataclass(frozen=True)
@@ -113,50 +112,6 @@ def _chomp(text: str) -> str:
 
 def _raw(lines: list[_Line]) -> str:
     return _chomp("".join(line.text for line in lines))
-
-
-def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether JSON ``text`` nests deeper than ``limit`` (brackets inside strings do not count)."""
-    if text.count("[") + text.count("{") <= limit:
-        return False
-    depth, in_string, escaped = 0, False, False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif ch in "]}":
-            depth -= 1
-    return False
-
-
-def parse_json_object(text: str) -> tuple[dict[str, Any] | None, str | None]:
-    """(object, None) or (None, why ``text`` is not one JSON object)."""
-    if json_depth_exceeds(text):
-        return None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        return None, f"malformed JSON ({err.msg} at column {err.colno})"
-    except RecursionError:
-        return None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
-    if not isinstance(data, dict):
-        return None, f"expected a JSON object, got {_json_kind(data)}"
-    return data, None
-
-
-def _json_kind(value: Any) -> str:
-    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 class FileRecords:
@@ -286,7 +241,7 @@ class FileRecords:
             except json.JSONDecodeError as err:
                 raise DataError(self.path, err.lineno, f"malformed JSON ({err.msg} at column {err.colno})") from None
             if not isinstance(data, dict):
-                yield BadRecord(line, f"expected a JSON object, got {_json_kind(data)}", text[pos:end])
+                yield BadRecord(line, f"expected a JSON object, got {json_kind(data)}", text[pos:end])
             else:
                 yield Record(line, data)
             pos = _skip_space(text, end)
@@ -428,20 +383,6 @@ def _skip_space(text: str, pos: int) -> int:
     return pos
 
 
-def json_list_cell(value: Any) -> Any:
-    """A CSV/TSV cell holding a JSON list (tokens, tags) as that list; anything else unchanged."""
-    if not isinstance(value, str):
-        return value
-    stripped = value.strip()
-    if stripped.startswith("[") and stripped.endswith("]") and not json_depth_exceeds(stripped):
-        try:
-            parsed = json.loads(stripped)
-        except json.JSONDecodeError:
-            return value
-        return parsed if isinstance(parsed, list) else value
-    return value
-
-
 class RecordReader:
     """Training data: the records of one file, the first bad one raised as a ``DataError`` (file, line, field);
     CSV/TSV cells that hold JSON lists become lists. ``empty_lines`` counts what was skipped."""
@@ -462,36 +403,3 @@ class RecordReader:
             if delimited:
                 record.data = {k: json_list_cell(v) for k, v in record.data.items()}
             yield record
-
-
-def read_hub(hub_id: str, hub_config: str | None, split: str) -> Iterator[Record]:
-    """Rows of a Hugging Face dataset split; ClassLabel ids become their names. A dataset that cannot be loaded
-    (not found, offline, a loading script, which ``datasets`` no longer runs, an unknown config or split) is a
-    one-line UserError naming it."""
-    import datasets  # heavy: imported only when a hub dataset is used
-
-    library_error = getattr(getattr(datasets, "exceptions", None), "DatasetsError", OSError)
-    try:
-        ds = datasets.load_dataset(hub_id, hub_config, split=split)
-    except (library_error, OSError, ValueError, RuntimeError) as err:
-        what = f"hub dataset '{hub_id}'" + (f" (config '{hub_config}')" if hub_config else "") + f" split '{split}'"
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UserError(
-            f"{what}: cannot be loaded ({reason}); check the task file's data.hub_id, data.hub_config and split "
-            "names, or download the data and give its files as data.train / data.validation / data.test"
-        ) from None
-    names = {}
-    for column, feature in ds.features.items():
-        inner = getattr(feature, "feature", feature)
-        if isinstance(inner, datasets.ClassLabel):
-            names[column] = inner.names
-
-    def name(labels: list[str], v: Any) -> Any:
-        # -1 marks "no label" (e.g. GLUE test splits): it must not wrap around to the last class name.
-        return labels[v] if isinstance(v, int) and 0 <= v < len(labels) else None
-
-    for row, data in enumerate(ds, 1):
-        for column, labels in names.items():
-            value = data[column]
-            data[column] = [name(labels, v) for v in value] if isinstance(value, list) else name(labels, value)
-        yield Record(row, data)

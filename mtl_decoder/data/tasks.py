@@ -13,7 +13,8 @@ from typing import Any
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING, TaskConfig
 from mtl_decoder.data import iob
-from mtl_decoder.data.formats import Record, RecordReader, read_hub
+from mtl_decoder.data.formats import Record, RecordReader
+from mtl_decoder.data.hub import read_hub
 from mtl_decoder.errors import DataError, UserError
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtl_decoder.config import SPLITS, TAGGING, TaskConfig
-from mtl_decoder.data.formats import BadRecord, FileRecords, Record, json_list_cell
+from mtl_decoder.data.formats import BadRecord, FileRecords, Record
+from mtl_decoder.data.safejson import json_list_cell
 from mtl_decoder.data.tasks import Example, Source, iter_records, parse_example, source_key, split_sources
 from mtl_decoder.errors import DataError, UserError
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mtl_decoder.config import ColumnsConfig, TaskConfig, TaskDataConfig
-from mtl_decoder.data.formats import RecordReader, detect_format, read_hub
+from mtl_decoder.data.formats import RecordReader, detect_format
+from mtl_decoder.data.hub import read_hub
 from mtl_decoder.data.tasks import Source, load_split, read_source
 from mtl_decoder.errors import DataError
 

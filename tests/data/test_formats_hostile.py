@@ -10,7 +10,9 @@ import json
 import pytest
 
 from mtl_decoder.data import formats
-from mtl_decoder.data.formats import MAX_JSON_DEPTH, BadRecord, FileRecords, Record, RecordReader, read_hub
+from mtl_decoder.data.formats import BadRecord, FileRecords, Record, RecordReader
+from mtl_decoder.data.hub import read_hub
+from mtl_decoder.data.safejson import MAX_JSON_DEPTH
 from mtl_decoder.data.tasks import load_split
 from mtl_decoder.errors import DataError, UserError
 from mtl_decoder.prediction.inputs import InputReader
