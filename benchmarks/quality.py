@@ -37,8 +37,12 @@ BENCH = REPO / "configs" / "bench"
 # name -> (config file, overrides, what it is)
 MODELS: dict[str, tuple[str, list[str], str]] = {
     "ple": ("ple.yaml", [], "PLE, the default (CoNLL + SST-2)"),
-    "cgc": ("ple.yaml", ["model.ffn=cgc"], "CGC block in every layer"),
-    "mmoe": ("ple.yaml", ["model.ffn=mmoe", "model.n_shared_experts=3"], "MMoE: shared experts, per-task gates"),
+    "cgc": ("ple.yaml", ["model.ffn=cgc"], "single-level CGC: one expert block (top layer) over a shared bottom"),
+    "mmoe": (
+        "ple.yaml",
+        ["model.ffn=mmoe", "model.n_shared_experts=3"],
+        "MMoE over a shared bottom: shared experts and per-task gates in the top layer",
+    ),
     "mlp": ("ple.yaml", ["model.ffn=mlp"], "hard sharing: one SwiGLU MLP"),
     "single_conll2003": ("single_conll2003.yaml", [], "the PLE trunk, CoNLL only"),
     "single_sst2": ("single_sst2.yaml", [], "the PLE trunk, SST-2 only"),
