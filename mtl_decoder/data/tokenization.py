@@ -105,6 +105,34 @@ def read_tokenizer_file(path: str | Path) -> Tokenizer:
         ) from None
 
 
+def text_word_spans(text: str, enc) -> tuple[list[tuple[int, int]], dict[int, int], list[int]]:
+    """The words of a raw text as ``encode_text`` cuts it, from the tokenizer's encoding without special tokens:
+    each word's (start, end) character span, the pre-tokenizer's word id -> our word number (ids may skip one), and
+    each token's word number (-1: a run of spaces that byte-level BPE made a word of its own)."""
+    spans: list[tuple[int, int]] = []
+    number: dict[int, int] = {}
+    token_word: list[int] = []
+    for word, (start, end) in zip(enc.word_ids, enc.offsets, strict=True):
+        if word is None or (word not in number and not text[start:end].strip()):
+            token_word.append(-1)
+            continue
+        if word not in number:
+            number[word] = len(spans)
+            spans.append((start, end))
+        else:
+            i = number[word]
+            spans[i] = (min(spans[i][0], start), max(spans[i][1], end))
+        token_word.append(number[word])
+    for i, (start, end) in enumerate(spans):  # NFC merges (e + U+0301 -> é) end a word's offsets early
+        limit = spans[i + 1][0] if i + 1 < len(spans) else len(text)
+        while end < limit and not text[end].isspace():
+            end += 1
+        while start < end - 1 and text[start].isspace():  # byte-level BPE words carry their leading space
+            start += 1
+        spans[i] = (start, end)
+    return spans, number, token_word
+
+
 class TextEncoder:
     """Encodes words or raw text to at most ``max_length`` ids, special tokens included."""
 
@@ -170,24 +198,7 @@ class TextEncoder:
         return self._finish(enc, words, None, word_ends=ends)
 
     def _from_text(self, text: str, enc) -> Encoded:
-        spans: list[tuple[int, int]] = []
-        number: dict[int, int] = {}  # the pre-tokenizer's word id -> our word number (ids may skip one)
-        for word, (start, end) in zip(enc.word_ids, enc.offsets, strict=True):
-            if word is None or (word not in number and not text[start:end].strip()):
-                continue  # a special token, or a run of spaces that byte-level BPE made a word of its own
-            if word not in number:
-                number[word] = len(spans)
-                spans.append((start, end))
-            else:
-                i = number[word]
-                spans[i] = (min(spans[i][0], start), max(spans[i][1], end))
-        for i, (start, end) in enumerate(spans):  # NFC merges (e + U+0301 -> é) end a word's offsets early
-            limit = spans[i + 1][0] if i + 1 < len(spans) else len(text)
-            while end < limit and not text[end].isspace():
-                end += 1
-            while start < end - 1 and text[start].isspace():  # byte-level BPE words carry their leading space
-                start += 1
-            spans[i] = (start, end)
+        spans, number, _ = text_word_spans(text, enc)
         words = [text[s:e] for s, e in spans]
         return self._finish(enc, words, spans, number)
 

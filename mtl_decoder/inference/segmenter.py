@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mtl_decoder.data.tokenization import text_word_spans
+
 
 @dataclass
 class Word:
@@ -43,7 +45,7 @@ class Segmenter:
         if not text:
             return []
         enc = self.tokenizer.encode(text, add_special_tokens=False)
-        words, token_word = words_of(text, enc)
+        words, _, token_word = text_word_spans(text, enc)
         # closed: every word but the last, and the last once something (a space) follows it
         closed = len(words) if final or (words and words[-1][1] < len(text)) else max(0, len(words) - 1)
         owner = owners(token_word, len(words))
@@ -64,33 +66,6 @@ class Segmenter:
         self.pending = text[cut:]
         self.base += cut
         return out
-
-
-def words_of(text: str, enc) -> tuple[list[tuple[int, int]], list[int]]:
-    """Words of a text as ``TextEncoder.encode_text`` finds them (spans, and each token's word, -1 for a space-only
-    token), from a tokenizer encoding without special tokens."""
-    spans: list[tuple[int, int]] = []
-    number: dict[int, int] = {}
-    token_word: list[int] = []
-    for word, (start, end) in zip(enc.word_ids, enc.offsets, strict=True):
-        if word is None or (word not in number and not text[start:end].strip()):
-            token_word.append(-1)
-            continue
-        if word not in number:
-            number[word] = len(spans)
-            spans.append((start, end))
-        else:
-            i = number[word]
-            spans[i] = (min(spans[i][0], start), max(spans[i][1], end))
-        token_word.append(number[word])
-    for i, (start, end) in enumerate(spans):  # as encode_text: merged characters, byte-level leading spaces
-        limit = spans[i + 1][0] if i + 1 < len(spans) else len(text)
-        while end < limit and not text[end].isspace():
-            end += 1
-        while start < end - 1 and text[start].isspace():
-            start += 1
-        spans[i] = (start, end)
-    return spans, token_word
 
 
 def owners(token_word: list[int], n_words: int) -> list[int]:
