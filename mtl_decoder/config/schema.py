@@ -109,6 +109,8 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError("dropout", f"must lie in [0, 1), got {self.dropout}")
+        if 0.0 < self.dropout < 2.0**-16:  # the model's dropout draws 16 bits per element (model/layers.py)
+            raise ConfigError("dropout", f"{self.dropout} is below 1/65,536, the smallest dropout drawn; use 0 or more")
         check_positive("char_embedding", self.char_embedding, allow_zero=True)
         check_positive("word_hash_buckets", self.word_hash_buckets, allow_zero=True)
         if self.word_hash_buckets == 1:

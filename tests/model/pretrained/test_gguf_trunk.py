@@ -1,6 +1,6 @@
 """A .gguf file as model.trunk.pretrained: a tiny random Llama written with the gguf package loads through
-transformers, trains, saves, loads and exports. Skipped where gguf is not installed (CI installs '.[dev]' only;
-pip install '.[gguf]' adds it)."""
+transformers, trains, saves, loads and exports. The dev extra installs gguf, so CI runs
+it; skipped only where gguf is missing (a plain `pip install -e .`)."""
 
 from __future__ import annotations
 
