@@ -8,9 +8,14 @@ never a silent partial restore.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +68,8 @@ def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict
         tmp = temporary_sibling(final)
     tmp = Path(accelerator_broadcast_path(accelerator, str(tmp)))
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
+    with _expected_aliases_quiet(accelerator):
+        accelerator.save_state(str(tmp))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         atomic_write_json(tmp / STATE_FILE, {**state, "files": file_manifest(tmp)})
@@ -74,6 +80,56 @@ def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict
             remove(old)
     accelerator.wait_for_everyone()
     return final
+
+
+_SHARED_WARNING = re.compile(r"Removed shared tensor (\{.*\}) while saving")
+
+
+def tensor_aliases(state: dict[str, Any]) -> set[str]:
+    """Names of a state dict whose tensor shares its storage with an earlier name (what a safetensors save drops)."""
+    seen: set[Any] = set()
+    aliases = set()
+    for name, tensor in state.items():
+        if not hasattr(tensor, "untyped_storage"):
+            continue
+        ptr = (tensor.untyped_storage().data_ptr(), tensor.device)
+        if ptr in seen:
+            aliases.add(name)
+        seen.add(ptr)
+    return aliases
+
+
+class _ExpectedAliases(logging.Filter):
+    """Drops Accelerate's 'Removed shared tensor {...} while saving' when every name is an alias the model has by
+    construction (a LoRA trunk's experts share one frozen MLP: hundreds of names); any other name keeps it."""
+
+    def __init__(self, expected: set[str]):
+        super().__init__()
+        self.expected = expected
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        found = _SHARED_WARNING.search(str(record.msg))  # Accelerate may prefix "[RANK 0] "
+        if found is None:
+            return True
+        try:
+            names = ast.literal_eval(found.group(1))
+        except (ValueError, SyntaxError):
+            return True
+        return not {n.removeprefix("module.") for n in names} <= self.expected
+
+
+@contextlib.contextmanager
+def _expected_aliases_quiet(accelerator: Accelerator) -> Iterator[None]:
+    expected: set[str] = set()
+    for model in accelerator._models:
+        expected |= {n.removeprefix("module.") for n in tensor_aliases(accelerator.unwrap_model(model).state_dict())}
+    target = logging.getLogger("accelerate.utils.other")
+    quiet = _ExpectedAliases(expected)
+    target.addFilter(quiet)
+    try:
+        yield
+    finally:
+        target.removeFilter(quiet)
 
 
 def accelerator_broadcast_path(accelerator: Accelerator, path: str) -> str:
