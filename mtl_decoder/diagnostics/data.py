@@ -106,7 +106,7 @@ def _encoder(config: ExperimentConfig, train_reads: list[SourceRead]) -> TextEnc
     if not train_reads:
         return None
     tokenizer = make_tokenizer(config, [r.source for r in train_reads])
-    return TextEncoder(tokenizer, max_length=1 << 30, words_as_text=config.model.trunk.enabled)
+    return TextEncoder.for_model(tokenizer, config.model, max_length=1 << 30)
 
 
 def describe_task(
@@ -203,9 +203,9 @@ def length_stats(examples: list[Example], encoder: TextEncoder, max_length: int)
     cut = [i for i, n in enumerate(lengths) if n > max_length]
     words_cut = 0
     if cut:
-        limited = TextEncoder(encoder.tokenizer, max_length, words_as_text=encoder.words_as_text)
+        limited = TextEncoder(encoder.tokenizer, max_length, encoder.words_as_text, encoder.word_token)
         kept = limited.encode_batch([items[i] for i in cut])
-        words_cut = sum(len(k.words) - k.kept_words for k in kept)
+        words_cut = sum(k.alignment.truncated_words for k in kept)
     return {
         "subwords": percentiles(lengths),
         "truncated": len(cut),
