@@ -211,10 +211,10 @@ class TextEncoder:
         for w in words:  # ends[k]: the offset of the space after word k (for the last word, the text's end)
             pos += len(w) + 1
             ends.append(pos)
-        found = {_word_of(s, e, ends, len(words)) for s, e in enc.offsets}
-        if len(found) < len(words):  # a word with no token of its own (cannot happen for real words)
+        token_words = self._token_words(enc, len(words), None, ends)
+        if len(set(token_words) - {-1}) < len(words):  # a word with no token of its own (not for real words)
             return self._from_words(words, self.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False))
-        return self._finish(enc, words, None, word_ends=ends)
+        return self._finish(enc, words, None, word_ends=ends, token_words=token_words)
 
     def _from_text(self, text: str, enc) -> Encoded:
         spans, number, _ = text_word_spans(text, enc)
@@ -222,9 +222,17 @@ class TextEncoder:
         return self._finish(enc, words, spans, number)
 
     def _finish(
-        self, enc, words: list[str], spans, number: dict[int, int] | None = None, word_ends: list[int] | None = None
+        self,
+        enc,
+        words: list[str],
+        spans,
+        number: dict[int, int] | None = None,
+        word_ends: list[int] | None = None,
+        token_words: list[int] | None = None,
     ) -> Encoded:
-        token_words = self._token_words(enc, len(words), number, word_ends)
+        """Truncate, add the special tokens and align. ``token_words``: each token's word, if already known."""
+        if token_words is None:
+            token_words = self._token_words(enc, len(words), number, word_ends)
         subwords = [0] * len(words)  # counted before truncation: what each word takes whole
         for w in token_words:
             if w >= 0:
