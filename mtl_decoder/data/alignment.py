@@ -58,6 +58,8 @@ class WordAlignment:
     subwords: list[int]
     """Per word of the input: the sub-words it takes untruncated (special tokens excluded; for words joined as
     text, with the space pieces before it): what windows over a long input are sized by."""
+    blank_led: int = 0
+    """Kept words whose first sub-word is a lone whitespace piece (read past it; ``debug-data`` reports them)."""
 
     @classmethod
     def build(cls, word_index: list[int], blank: Sequence[bool], subwords: list[int], word_token: str) -> WordAlignment:
@@ -67,14 +69,15 @@ class WordAlignment:
         for p, w in enumerate(word_index):
             if w >= 0:
                 positions.setdefault(w, []).append(p)
-        spans, reads = [], []
+        spans, reads, blank_led = [], [], 0
         for w in range(len(subwords)):
             own = positions.get(w, [])
             if not own or len(own) < subwords[w]:
                 break  # truncation cut this word (and every word after it)
             spans.append((own[0], own[-1] + 1))
             reads.append(read_position(own, blank, word_token))
-        return cls(list(word_index), spans, reads, list(subwords))
+            blank_led += bool(blank[own[0]])
+        return cls(list(word_index), spans, reads, list(subwords), blank_led)
 
     @classmethod
     def from_word_index(cls, word_index: list[int], word_token: str = "first") -> WordAlignment:

@@ -200,6 +200,7 @@ def length_stats(examples: list[Example], encoder: TextEncoder, max_length: int)
     items = [ex.words if ex.words is not None else ex.text for ex in examples]
     encoded = encoder.encode_batch(items)
     lengths = [len(e.ids) for e in encoded]
+    words = sum(e.alignment.kept for e in encoded)  # the encoder has no length limit here: every word
     cut = [i for i, n in enumerate(lengths) if n > max_length]
     words_cut = 0
     if cut:
@@ -211,6 +212,8 @@ def length_stats(examples: list[Example], encoder: TextEncoder, max_length: int)
         "truncated": len(cut),
         "truncated_share": len(cut) / len(examples),
         "words_cut": words_cut,
+        "whitespace_led_words": sum(e.alignment.blank_led for e in encoded),
+        "whitespace_led_share": sum(e.alignment.blank_led for e in encoded) / max(words, 1),
         "truncated_lines": [examples[i].line for i in cut[:5]],
     }
 

@@ -105,6 +105,11 @@ class Predictor:
         than 1 worker of 2. Predictions do not depend on it beyond float rounding."""
         if workers is not None and workers < 1:
             raise UserError(f"workers must be at least 1, got {workers}")
+        if encoder.word_token != model.cfg.word_token_position:  # tags would be read where the model never learned
+            raise ValueError(
+                f"the encoder reads words at their {encoder.word_token} sub-word, the model at its "
+                f"{model.cfg.word_token_position} (model.word_token): build it with TextEncoder.for_model"
+            )
         self.model, self.encoder, self.label_sets = model, encoder, label_sets
         self.workers = workers
         self.device = next(model.parameters()).device

@@ -26,9 +26,11 @@ def tokenizer(request):
     return build(), lead, request.param
 
 
-def tiny_model(vocab: int, attention: str = "bidirectional") -> MTLDecoder:
+def tiny_model(vocab: int, attention: str = "bidirectional", word_token: str = "auto") -> MTLDecoder:
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, expert_hidden=8, dropout=0.0, attention=attention)
+    cfg = ModelConfig(
+        d_model=16, n_layers=1, n_heads=2, expert_hidden=8, dropout=0.0, attention=attention, word_token=word_token
+    )
     return MTLDecoder(cfg, [TaskHeadSpec("ner", TAGGING, LABELS)], vocab_size=vocab).eval()
 
 
@@ -42,7 +44,8 @@ def test_blank_pieces_are_whitespace_only():
 def test_every_word_is_read_at_a_real_piece_that_reached_the_model(tokenizer, as_text, word_token):
     tok, lead, name = tokenizer
     encoder = TextEncoder(tok, MAX_LENGTH, words_as_text=as_text, word_token=word_token)
-    predictor = Predictor(tiny_model(tok.get_vocab_size()), encoder, {"ner": list(LABELS)}, workers=1)
+    model = tiny_model(tok.get_vocab_size(), word_token=word_token)
+    predictor = Predictor(model, encoder, {"ner": list(LABELS)}, workers=1)
     collate = Collator(encoder.pad_id, {})
     blank_seen = windowed = 0
     for n in range(1, 301):
@@ -107,9 +110,36 @@ def test_a_word_longer_than_max_length_is_counted_untagged(tokenizer):
     with torch.no_grad():
         model.heads["ner"].weight.zero_()
         model.heads["ner"].bias.copy_(torch.tensor([-1e4, 1.0, 0.5]))
-    encoder = TextEncoder(tok, 12, words_as_text=True)
+    encoder = TextEncoder(tok, 12, words_as_text=True)  # reads the first sub-word, as the bidirectional model does
     long_word = "1234567890" * 3  # digits split one by one: 30 pieces
     words = ["The", "cats", long_word, "sat", "on", "Paris"]
     pred = next(Predictor(model, encoder, {"ner": list(LABELS)}, workers=1).predict([words]))
     assert pred.untagged == 1
     assert [t == "O" for t in pred.tags["ner"]] == [w == long_word for w in words]
+
+
+def test_a_predictor_refuses_an_encoder_that_reads_elsewhere_than_the_model(tokenizer):
+    tok, _, _ = tokenizer
+    model = tiny_model(tok.get_vocab_size(), attention="causal")  # auto: the last sub-word
+    with pytest.raises(ValueError, match="for_model"):
+        Predictor(model, TextEncoder(tok, 16, word_token="first"), {"ner": list(LABELS)})
+    Predictor(model, TextEncoder.for_model(tok, model.cfg, 16), {"ner": list(LABELS)})
+
+
+def test_debug_data_counts_whitespace_led_words_and_cut_words(tokenizer):
+    """length_stats (debug-data) reads the alignment: words led by a lone space piece, and words max_length cuts,
+    both equal to the brute force from the tokenizer's offsets."""
+    from mtl_decoder.data.tasks import Example
+    from mtl_decoder.diagnostics.data import length_stats
+
+    tok, lead, _ = tokenizer
+    sentences = [words_of_length(n) for n in (3, 10, 30, 60)]
+    unlimited = TextEncoder(tok, 1 << 30, words_as_text=True)
+    stats = length_stats([Example(w, None, {}) for w in sentences], unlimited, MAX_LENGTH)
+    led = cut = 0
+    for words in sentences:
+        _, blanks = brute_reads(tok, words, True, "first", 1 << 30, lead)
+        led += blanks
+        cut += sum(r is None for r in brute_reads(tok, words, True, "first", MAX_LENGTH, lead)[0])
+    assert stats["whitespace_led_words"] == led > 0
+    assert stats["words_cut"] == cut > 0
