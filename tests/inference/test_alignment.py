@@ -143,3 +143,28 @@ def test_debug_data_counts_whitespace_led_words_and_cut_words(tokenizer):
         cut += sum(r is None for r in brute_reads(tok, words, True, "first", MAX_LENGTH, lead)[0])
     assert stats["whitespace_led_words"] == led > 0
     assert stats["words_cut"] == cut > 0
+
+
+def test_predict_file_reports_words_too_long_to_tag(tmp_path, capsys):
+    """Through the CLI: a word that alone exceeds data.max_length is counted in the record ("untagged") and in the
+    summary, with a warning; the other words of the record are tagged as usual."""
+    import json
+
+    from stream_testkit import saved_model
+
+    from mtl_decoder.cli import main
+
+    folder = saved_model(tmp_path, ["data.max_length=8"])
+    long_word = "Xqzvwkblorftzzqqxxjjvvkk"  # unseen: many more than 6 sub-words
+    records = [
+        {"tokens": ["Peter", "went", long_word, "to", "Paris", "again", "and", "again", "today"]},
+        {"tokens": ["Hi"]},
+    ]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert main(["predict", "--model", str(folder), "--input", str(src), "--output", str(out), "--tasks", "ner"]) == 0
+    first, second = (json.loads(line)["predictions"]["ner"] for line in out.read_text(encoding="utf-8").splitlines())
+    assert first["untagged"] == 1 and first["tags"][2] == "O" and first["windows"] > 1
+    assert "untagged" not in second
+    said = capsys.readouterr()
+    assert "warning: 1 words were longer than the model's maximum length on their own" in said.out + said.err
