@@ -38,10 +38,10 @@ def read_position(positions: Sequence[int], blank: Sequence[bool], word_token: s
     every one is blank."""
     if word_token not in WORD_TOKENS:
         raise ValueError(f"word_token must be one of {WORD_TOKENS} (resolve 'auto' first), got {word_token!r}")
-    real = [p for p in positions if not blank[p]]
-    if not real:
-        return positions[-1]
-    return real[0] if word_token == "first" else real[-1]
+    for p in positions if word_token == "first" else reversed(positions):
+        if not blank[p]:
+            return p
+    return positions[-1]
 
 
 @dataclass(frozen=True)
@@ -65,18 +65,21 @@ class WordAlignment:
     def build(cls, word_index: list[int], blank: Sequence[bool], subwords: list[int], word_token: str) -> WordAlignment:
         """From each position's word (monotone: a word's sub-words are consecutive), which positions are blank, and
         each word's untruncated sub-word count; a word is kept only if all of its sub-words are present."""
-        positions: dict[int, list[int]] = {}
+        n = len(subwords)
+        first, count = [-1] * n, [0] * n
         for p, w in enumerate(word_index):
             if w >= 0:
-                positions.setdefault(w, []).append(p)
+                count[w] += 1
+                if first[w] < 0:
+                    first[w] = p
         spans, reads, blank_led = [], [], 0
-        for w in range(len(subwords)):
-            own = positions.get(w, [])
-            if not own or len(own) < subwords[w]:
+        for w in range(n):
+            if not count[w] or count[w] < subwords[w]:
                 break  # truncation cut this word (and every word after it)
-            spans.append((own[0], own[-1] + 1))
+            own = range(first[w], first[w] + count[w])  # consecutive
+            spans.append((own.start, own.stop))
             reads.append(read_position(own, blank, word_token))
-            blank_led += bool(blank[own[0]])
+            blank_led += bool(blank[own.start])
         return cls(list(word_index), spans, reads, list(subwords), blank_led)
 
     @classmethod

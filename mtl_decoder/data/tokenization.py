@@ -164,6 +164,8 @@ class TextEncoder:
         self.pad_id = next((vocab[t] for t in ("[PAD]", "<pad>", "<|endoftext|>", "</s>") if t in vocab), 0)
         self.unk_id = next((vocab[t] for t in ("[UNK]", "<unk>") if t in vocab), self.pad_id)
         self.vocab_size = tokenizer.get_vocab_size()
+        self.blank_ids = frozenset(i for t, i in vocab.items() if is_blank(t))
+        """Ids of whitespace-only pieces (never a read position)."""
 
     @classmethod
     def for_model(cls, tokenizer: Tokenizer, model: ModelConfig, max_length: int) -> TextEncoder:
@@ -243,7 +245,7 @@ class TextEncoder:
             token_words = token_words[:budget]
         enc = self.tokenizer.post_process(enc)  # adds the special tokens: n_lead before the text, the rest after
         word_index = [-1] * self.n_lead + token_words + [-1] * (len(enc.ids) - self.n_lead - len(token_words))
-        blank = [is_blank(t) for t in enc.tokens]
+        blank = [i in self.blank_ids for i in enc.ids]
         alignment = WordAlignment.build(word_index, blank, subwords, self.word_token)
         return Encoded(list(enc.ids), words, spans, alignment)
 
