@@ -168,3 +168,22 @@ def test_predict_file_reports_words_too_long_to_tag(tmp_path, capsys):
     assert "untagged" not in second
     said = capsys.readouterr()
     assert "warning: 1 words were longer than the model's maximum length on their own" in said.out + said.err
+
+
+def test_word_token_defaults_to_auto_and_old_folders_keep_first(tmp_path):
+    """A new causal model reads each word's last sub-word (auto); a folder saved before the key existed (its
+    config.yaml without model.word_token) was trained on first sub-words and still reads them."""
+    import yaml
+    from stream_testkit import saved_model
+
+    from mtl_decoder.saved import load_model
+
+    folder = saved_model(tmp_path, [])  # causal, word_token not set
+    fresh = load_model(folder)
+    assert fresh.config.model.word_token == "auto" and fresh.encoder.word_token == "last"
+    config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    del config["model"]["word_token"]
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    old = load_model(folder)
+    assert old.config.model.word_token == "first" and old.encoder.word_token == "first"
+    assert old.model.cfg.word_token_position == "first"
