@@ -35,7 +35,7 @@ def source_lengths(config: Path) -> tuple[list[str], list[np.ndarray], dict]:
 
     cfg = load_config(config)
     train, _, label_sets = read_data(cfg)
-    encoder = TextEncoder(make_tokenizer(cfg, train), cfg.data.max_length)
+    encoder = TextEncoder.for_model(make_tokenizer(cfg, train), cfg.model, cfg.data.max_length)
     kinds = {name: t.kind for name, t in cfg.tasks.items()}
     encoded, _ = encode_sources(train, encoder, label_sets, kinds)
     names = ["+".join(t.name for t in s.tasks) for s in train]

@@ -75,7 +75,7 @@ def demo_model(items: list[str | list[str]], ner_tags: set[str]) -> SavedModel:
         name: list(task.labels) if task.labels else sort_tag_labels(ner_tags | {"O"})
         for name, task in config.tasks.items()
     }
-    encoder = TextEncoder(train_tokenizer(items, config.tokenizer), config.data.max_length)
+    encoder = TextEncoder.for_model(train_tokenizer(items, config.tokenizer), config.model, config.data.max_length)
     torch.manual_seed(0)
     model = build_model(config, label_sets, encoder).eval()
     return SavedModel(model, encoder, config, label_sets, Path("untrained-demo"))
@@ -97,13 +97,13 @@ def naive_predict(
     results = []
     for item in items:
         enc = encoder.encode_text(item) if isinstance(item, str) else encoder.encode_words(item)
-        batch = collate([EncodedExample(enc.ids, enc.word_index, enc.words)])
+        batch = collate([EncodedExample.unlabelled(enc)])
         out = model(**batch, tasks=tasks)
         tags, labels = {}, {}
         for task in tasks:
             names = pretrained.label_sets[task]
             if model.task(task).kind == TAGGING:
-                tags[task] = [names[i] for i in model.decode_tags(task, out.logits[task], batch["word_index"])[0]]
+                tags[task] = [names[i] for i in model.decode_tags(task, out.logits[task], batch["word_read"])[0]]
             else:
                 labels[task] = names[int(out.logits[task].float().softmax(-1)[0].argmax())]
         results.append((tags, labels))

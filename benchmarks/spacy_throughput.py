@@ -320,7 +320,7 @@ def untrained_model(config_path: Path, data_root: Path, overrides: list[str] = (
         with open(data_root / "sst2" / "train.jsonl", encoding="utf-8") as f:
             texts = [r["tokens"] for r in train] + [json.loads(line)["text"] for line in f]
         tokenizer = train_tokenizer(texts, config.tokenizer)
-    encoder = TextEncoder(tokenizer, config.data.max_length, words_as_text=config.model.trunk.enabled)
+    encoder = TextEncoder.for_model(tokenizer, config.model, config.data.max_length)
     label_sets = {
         name: list(task.labels) if task.labels else sort_tag_labels(tags) for name, task in config.tasks.items()
     }

@@ -107,7 +107,9 @@ def load_model(directory: str | Path, device: torch.device | str | None = None) 
             raise UserError(f"{directory}: not a model folder (missing {name})")
     config = _read_config(directory / CONFIG_FILE, _saved_format(directory / WEIGHTS_FILE))
     label_sets = _read_labels(directory / LABELS_FILE, config)
-    encoder = TextEncoder.load(directory, config.data.max_length, words_as_text=config.model.trunk.enabled)
+    encoder = TextEncoder.load(
+        directory, config.data.max_length, config.model.trunk.enabled, config.model.word_token_position
+    )
     identity = _read_identity(directory / TRUNK_FILE) if config.model.trunk.enabled else None
     saved_trunk = directory / TRUNK_DIR if identity is not None else None
     model = build_model(config, label_sets, encoder, saved_trunk=saved_trunk, expected_identity=identity)
@@ -143,6 +145,8 @@ def _read_config(path: Path, saved_format: int = FORMAT) -> ExperimentConfig:
     model = data.get("model")
     if saved_format < 2 and isinstance(model, dict) and model.get("ffn") in STACKED_BEFORE_FORMAT_2:
         data["model"] = {**model, "ffn": STACKED_BEFORE_FORMAT_2[model["ffn"]]}  # what it meant then
+    if isinstance(model, dict) and "word_token" not in model:  # saved before the key: the default then was 'first'
+        data["model"] = {**data["model"], "word_token": "first"}
     try:
         return config_from_dict(data)
     except UserError as err:

@@ -75,9 +75,11 @@ class ModelConfig:
     """Width of the hashed-feature embedding (projected to d_model)."""
     tagging_decoder: str = "softmax"
     """How tag sequences are decoded: 'softmax' (per token) or 'crf' (linear-chain CRF, Viterbi)."""
-    word_token: str = "first"
-    """Which sub-word of a word carries its tag and is read for it: 'first', 'last', or 'auto' (the last with causal
-    attention, where only a word's last sub-word has seen the whole word; the first otherwise)."""
+    word_token: str = "auto"
+    """Which sub-word of a word carries its tag and is read for it: 'first', 'last', or 'auto' (default: the last
+    with causal attention, where only a word's last sub-word has seen the whole word; the first otherwise). A lone
+    whitespace piece (byte-level 'Ġ' before a number, SentencePiece '▁') is never read (data/alignment.py). Model
+    folders saved before 'auto' was the default read as 'first', as they were trained."""
     trunk: TrunkConfig = field(default_factory=TrunkConfig)
     """A pretrained trunk; with one, d_model/n_heads/norm describe only the native layers of mode 'frozen', and the
     tokenizer and maximum length come from the checkpoint."""

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from mtl_decoder.config import TAGGING, ModelConfig
+from mtl_decoder.data.alignment import WordAlignment
 from mtl_decoder.data.tasks import Example
-from mtl_decoder.data.tokenization import TextEncoder, word_labels
+from mtl_decoder.data.tokenization import Encoded, TextEncoder
 from mtl_decoder.data.wordfeatures import MAX_WORD_CHARS, N_HASHED, char_ids, hashed_features, shape_id
 
 
@@ -27,25 +28,32 @@ class EncodedExample:
     words: list[str]
     labels: dict[str, list[int] | int] = field(default_factory=dict)
     truncated_words: int = 0
+    alignment: WordAlignment | None = None
+    """Where each word is read (from the encoder); None for a sequence built by hand: every word whole, read at the
+    collator's ``word_token``."""
+
+    @classmethod
+    def unlabelled(cls, enc: Encoded) -> EncodedExample:
+        """An encoded input to predict on (no labels), with the encoder's alignment."""
+        al = enc.alignment
+        return cls(enc.ids, enc.word_index, enc.words, truncated_words=al.truncated_words, alignment=al)
 
 
 def encode_example(
-    ex: Example,
-    encoder: TextEncoder,
-    label_ids: dict[str, dict[str, int]],
-    kinds: dict[str, str],
-    word_token: str = "first",
+    ex: Example, encoder: TextEncoder, label_ids: dict[str, dict[str, int]], kinds: dict[str, str]
 ) -> EncodedExample:
-    """``word_token``: which sub-word of a word carries its tag (model.word_token)."""
+    """An example's ids and labels: each word's tag at the position the encoder's alignment reads it from."""
     enc = encoder.encode_words(ex.words) if ex.words is not None else encoder.encode_text(ex.text)
     labels: dict[str, list[int] | int] = {}
     for task, value in ex.labels.items():
         ids = label_ids[task]
         if kinds[task] == TAGGING:
-            labels[task] = word_labels(enc, [ids[t] for t in value], word_token)
+            labels[task] = enc.alignment.labels([ids[t] for t in value])
         else:
             labels[task] = ids[value]
-    return EncodedExample(enc.ids, enc.word_index, enc.words, labels, len(enc.words) - enc.kept_words)
+    return EncodedExample(
+        enc.ids, enc.word_index, enc.words, labels, enc.alignment.truncated_words, alignment=enc.alignment
+    )
 
 
 class MultiTaskDataset(torch.utils.data.Dataset):
@@ -184,7 +192,7 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler[list[int]]):
 def collator_for(model_cfg: ModelConfig, pad_id: int, task_kinds: dict[str, str]) -> Collator:
     """The collator that gives a model the per-word inputs its config asks for."""
     word_features = bool(model_cfg.char_embedding or model_cfg.word_features)
-    return Collator(pad_id, task_kinds, word_features, model_cfg.word_hash_buckets)
+    return Collator(pad_id, task_kinds, word_features, model_cfg.word_hash_buckets, model_cfg.word_token_position)
 
 
 def drop_words(input_ids: torch.Tensor, word_index: torch.Tensor, p: float, unk_id: int) -> torch.Tensor:
@@ -208,15 +216,24 @@ def word_feature_row(word: str, hash_buckets: int) -> tuple[list[int], int, list
 
 
 class Collator:
-    """Pads a list of encoded examples into the model's batch: ids, masks, word features and labels.
+    """Pads a list of encoded examples into the model's batch: ids, masks, read positions, word features, labels.
 
     ``word_features``: add per-word character ids and shape classes; ``hash_buckets``: also the hashed sparse
     features of each word (0 = off). Features are computed once per distinct word (``word_feature_row``).
+    ``word_token``: where the words of examples without an alignment are read ('first' or 'last').
     """
 
-    def __init__(self, pad_id: int, task_kinds: dict[str, str], word_features: bool = False, hash_buckets: int = 0):
+    def __init__(
+        self,
+        pad_id: int,
+        task_kinds: dict[str, str],
+        word_features: bool = False,
+        hash_buckets: int = 0,
+        word_token: str = "first",
+    ):
         self.pad_id, self.task_kinds = pad_id, task_kinds
         self.word_features, self.hash_buckets = word_features, hash_buckets
+        self.word_token = word_token
 
     def __call__(self, examples: list[EncodedExample]) -> dict[str, Any]:
         T = max(len(ex.ids) for ex in examples)
@@ -225,13 +242,26 @@ class Collator:
         word_index = torch.tensor([[*ex.word_index, *[-1] * (T - len(ex.ids))] for ex in examples], dtype=torch.long)
         lengths = torch.tensor([len(ex.ids) for ex in examples])
         attention_mask = torch.arange(T) < lengths[:, None]  # (B, T)
-        batch: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask, "word_index": word_index}
+        batch: dict[str, Any] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "word_index": word_index,
+            "word_read": self._word_read(examples),
+        }
         labels = self._labels(examples, T)
         if labels:
             batch["labels"] = labels
         if self.word_features or self.hash_buckets:
             batch.update(self._word_features(examples, T))
         return batch
+
+    def _word_read(self, examples: list[EncodedExample]) -> torch.Tensor:
+        """(B, W): the position each tagged word of an example is read from, in word order; -1 past its words."""
+        reads = [
+            (ex.alignment or WordAlignment.from_word_index(ex.word_index, self.word_token)).reads for ex in examples
+        ]
+        W = max([1, *(len(r) for r in reads)])
+        return torch.tensor([[*r, *[-1] * (W - len(r))] for r in reads], dtype=torch.long)
 
     def _labels(self, examples: list[EncodedExample], T: int) -> dict[str, torch.Tensor]:
         labels = {}

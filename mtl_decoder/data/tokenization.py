@@ -1,4 +1,4 @@
-"""Text -> sub-word ids, keeping each sub-word's word (for word labels) and character offsets (for raw text).
+"""Text -> sub-word ids, with each word's place among them (``WordAlignment``) and character offsets (raw text).
 
 By default a cased WordPiece (or BPE) tokenizer is trained on the tasks' training texts; any Hugging Face
 tokenizer (a fast one: its ``tokenizers`` backend is used) can be loaded instead.
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from mtl_decoder.config import TokenizerConfig
+from mtl_decoder.config import ModelConfig, TokenizerConfig
+from mtl_decoder.data.alignment import WordAlignment, is_blank
 from mtl_decoder.errors import UserError
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -23,18 +24,26 @@ TOKENIZER_FILE = "tokenizer.json"
 @dataclass
 class Encoded:
     ids: list[int]
-    word_index: list[int]
-    """Per sub-word: its word's number, -1 for special tokens."""
     words: list[str]
     """The words (given, or the pre-tokenizer's words of a raw text)."""
     spans: list[tuple[int, int]] | None
     """For raw text: each word's (start, end) character offsets."""
-    kept_words: int
-    """Words whose first sub-word fits in max_length (the rest were cut by truncation)."""
+    alignment: WordAlignment
+    """Each word's sub-words, read position and untruncated sub-word count."""
+
+    @property
+    def word_index(self) -> list[int]:
+        """Per sub-word: its word's number, -1 for special tokens."""
+        return self.alignment.word_index
+
+    @property
+    def kept_words(self) -> int:
+        """Words all of whose sub-words fit in max_length (the rest were cut by truncation)."""
+        return self.alignment.kept
 
     @property
     def truncated(self) -> bool:
-        return self.kept_words < len(self.words)
+        return self.alignment.truncated_words > 0
 
 
 def train_tokenizer(texts: Iterable[str | list[str]], cfg: TokenizerConfig) -> Tokenizer:
@@ -136,21 +145,33 @@ def text_word_spans(text: str, enc) -> tuple[list[tuple[int, int]], dict[int, in
 class TextEncoder:
     """Encodes words or raw text to at most ``max_length`` ids, special tokens included."""
 
-    def __init__(self, tokenizer: Tokenizer, max_length: int, words_as_text: bool = False):
-        """``words_as_text``: encode a word list as the text of its words joined by single spaces, each token
+    def __init__(self, tokenizer: Tokenizer, max_length: int, words_as_text: bool = False, word_token: str = "first"):
+        """``word_token``: the sub-word a word's tag is read from, 'first' or 'last' (``model.word_token``, resolved).
+        ``words_as_text``: encode a word list as the text of its words joined by single spaces, each token
         assigned to the word it lies in (by its character offsets). A pretrained tokenizer (byte-level BPE,
         SentencePiece) marks a word's leading space in its first token; encoding words one by one
         (``is_pretokenized``) would drop that mark and feed the trunk pieces it never saw in pretraining."""
-        self.words_as_text = words_as_text
+        self.words_as_text, self.word_token = words_as_text, word_token
         self.tokenizer = tokenizer
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
         self.max_length = max_length
         self.n_special = tokenizer.num_special_tokens_to_add(False)
+        probe = tokenizer.post_process(tokenizer.encode("a", add_special_tokens=False)).special_tokens_mask
+        self.n_lead = next((i for i, special in enumerate(probe) if not special), 0)
+        """Special tokens the post-processor puts before the text ([CLS], <s>)."""
         vocab = tokenizer.get_vocab()
         self.pad_id = next((vocab[t] for t in ("[PAD]", "<pad>", "<|endoftext|>", "</s>") if t in vocab), 0)
         self.unk_id = next((vocab[t] for t in ("[UNK]", "<unk>") if t in vocab), self.pad_id)
         self.vocab_size = tokenizer.get_vocab_size()
+        self.blank_ids = frozenset(i for t, i in vocab.items() if is_blank(t))
+        """Ids of whitespace-only pieces (never a read position)."""
+
+    @classmethod
+    def for_model(cls, tokenizer: Tokenizer, model: ModelConfig, max_length: int) -> TextEncoder:
+        """The encoder a model of this config reads: words joined as text for a pretrained trunk, tags read at
+        ``model.word_token`` ('auto' resolved)."""
+        return cls(tokenizer, max_length, words_as_text=model.trunk.enabled, word_token=model.word_token_position)
 
     def encode_words(self, words: list[str]) -> Encoded:
         if self.words_as_text:
@@ -192,10 +213,10 @@ class TextEncoder:
         for w in words:  # ends[k]: the offset of the space after word k (for the last word, the text's end)
             pos += len(w) + 1
             ends.append(pos)
-        found = {_word_of(s, e, ends, len(words)) for s, e in enc.offsets}
-        if len(found) < len(words):  # a word with no token of its own (cannot happen for real words)
+        token_words = self._token_words(enc, len(words), None, ends)
+        if len(set(token_words) - {-1}) < len(words):  # a word with no token of its own (not for real words)
             return self._from_words(words, self.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False))
-        return self._finish(enc, words, None, word_ends=ends)
+        return self._finish(enc, words, None, word_ends=ends, token_words=token_words)
 
     def _from_text(self, text: str, enc) -> Encoded:
         spans, number, _ = text_word_spans(text, enc)
@@ -203,33 +224,54 @@ class TextEncoder:
         return self._finish(enc, words, spans, number)
 
     def _finish(
-        self, enc, words: list[str], spans, number: dict[int, int] | None = None, word_ends: list[int] | None = None
+        self,
+        enc,
+        words: list[str],
+        spans,
+        number: dict[int, int] | None = None,
+        word_ends: list[int] | None = None,
+        token_words: list[int] | None = None,
     ) -> Encoded:
+        """Truncate, add the special tokens and align. ``token_words``: each token's word, if already known."""
+        if token_words is None:
+            token_words = self._token_words(enc, len(words), number, word_ends)
+        subwords = [0] * len(words)  # counted before truncation: what each word takes whole
+        for w in token_words:
+            if w >= 0:
+                subwords[w] += 1
         budget = self.max_length - self.n_special
         if len(enc.ids) > budget:
-            enc.truncate(budget)
-        enc = self.tokenizer.post_process(enc)
+            enc.truncate(budget)  # keeps the first ``budget`` tokens
+            token_words = token_words[:budget]
+        enc = self.tokenizer.post_process(enc)  # adds the special tokens: n_lead before the text, the rest after
+        word_index = [-1] * self.n_lead + token_words + [-1] * (len(enc.ids) - self.n_lead - len(token_words))
+        blank = [i in self.blank_ids for i in enc.ids]
+        alignment = WordAlignment.build(word_index, blank, subwords, self.word_token)
+        return Encoded(list(enc.ids), words, spans, alignment)
+
+    @staticmethod
+    def _token_words(enc, n_words: int, number: dict[int, int] | None, word_ends: list[int] | None) -> list[int]:
+        """Each token's word number (-1: a special token, or spaces of a raw text that belong to no word)."""
         if word_ends is not None:  # words joined by spaces: a token's word is where its last character lies
-            word_index = [
-                -1 if special else _word_of(s, e, word_ends, len(words))
+            return [
+                -1 if special else _word_of(s, e, word_ends, n_words)
                 for (s, e), special in zip(enc.offsets, enc.special_tokens_mask, strict=True)
             ]
-        elif number is None:
-            word_index = [-1 if w is None else w for w in enc.word_ids]
-        else:
-            word_index = [number.get(w, -1) for w in enc.word_ids]
-        kept = max(word_index, default=-1) + 1
-        return Encoded(list(enc.ids), word_index, words, spans, kept)
+        if number is None:
+            return [-1 if w is None else w for w in enc.word_ids]
+        return [number.get(w, -1) for w in enc.word_ids]
 
     def save(self, directory: str | Path) -> None:
         self.tokenizer.save(str(Path(directory) / TOKENIZER_FILE))
 
     @classmethod
-    def load(cls, directory: str | Path, max_length: int, words_as_text: bool = False) -> TextEncoder:
+    def load(
+        cls, directory: str | Path, max_length: int, words_as_text: bool = False, word_token: str = "first"
+    ) -> TextEncoder:
         path = Path(directory) / TOKENIZER_FILE
         if not path.is_file():
             raise UserError(f"{directory}: no {TOKENIZER_FILE} (is this a model directory?)")
-        return cls(read_tokenizer_file(path), max_length, words_as_text)
+        return cls(read_tokenizer_file(path), max_length, words_as_text, word_token)
 
 
 def _word_of(start: int, end: int, word_ends: list[int], n_words: int) -> int:
@@ -241,16 +283,3 @@ def _word_of(start: int, end: int, word_ends: list[int], n_words: int) -> int:
     if word < n_words and last == word_ends[word] and end - start == 1:  # the separating space itself
         word += 1
     return min(word, n_words - 1)
-
-
-WORD_TOKENS = ("first", "last")
-
-
-def word_labels(encoded: Encoded, word_tags: list[int], word_token: str = "first") -> list[int]:
-    """Label ids on the first (or last) sub-word of each word, -100 on the rest and on special tokens."""
-    index = encoded.word_index
-    if word_token == "last":
-        nxt = [*index[1:], -1]
-        return [word_tags[w] if w >= 0 and w != n else -100 for w, n in zip(index, nxt, strict=True)]
-    prev = [-1, *index[:-1]]
-    return [word_tags[w] if w >= 0 and w != p else -100 for w, p in zip(index, prev, strict=True)]

@@ -106,7 +106,7 @@ def _encoder(config: ExperimentConfig, train_reads: list[SourceRead]) -> TextEnc
     if not train_reads:
         return None
     tokenizer = make_tokenizer(config, [r.source for r in train_reads])
-    return TextEncoder(tokenizer, max_length=1 << 30, words_as_text=config.model.trunk.enabled)
+    return TextEncoder.for_model(tokenizer, config.model, max_length=1 << 30)
 
 
 def describe_task(
@@ -200,17 +200,20 @@ def length_stats(examples: list[Example], encoder: TextEncoder, max_length: int)
     items = [ex.words if ex.words is not None else ex.text for ex in examples]
     encoded = encoder.encode_batch(items)
     lengths = [len(e.ids) for e in encoded]
+    words = sum(e.alignment.kept for e in encoded)  # the encoder has no length limit here: every word
     cut = [i for i, n in enumerate(lengths) if n > max_length]
     words_cut = 0
     if cut:
-        limited = TextEncoder(encoder.tokenizer, max_length, words_as_text=encoder.words_as_text)
+        limited = TextEncoder(encoder.tokenizer, max_length, encoder.words_as_text, encoder.word_token)
         kept = limited.encode_batch([items[i] for i in cut])
-        words_cut = sum(len(k.words) - k.kept_words for k in kept)
+        words_cut = sum(k.alignment.truncated_words for k in kept)
     return {
         "subwords": percentiles(lengths),
         "truncated": len(cut),
         "truncated_share": len(cut) / len(examples),
         "words_cut": words_cut,
+        "whitespace_led_words": sum(e.alignment.blank_led for e in encoded),
+        "whitespace_led_share": sum(e.alignment.blank_led for e in encoded) / max(words, 1),
         "truncated_lines": [examples[i].line for i in cut[:5]],
     }
 

@@ -14,6 +14,7 @@ problem reaches the model's training signal or its scores.
 | overlap_normalised   | warning                      | near-copies inflate held-out scores                     |
 | conflicting_repeats  | warning                      | the same input with two labels in one split: noise      |
 | truncation           | warning (info under 1%)      | words past max_length train without labels              |
+| whitespace_pieces    | info                         | words led by a lone space piece are read past it        |
 | label_imbalance      | warning                      | a class the model rarely or never sees                  |
 | rare_entity_type     | warning                      | too few mentions to learn the type                      |
 | shared_file_leak     | warning                      | one task's train file is another's held-out file        |
@@ -54,6 +55,7 @@ def data_findings(
             out += record_findings(where, stats, config.data.repair_iob)
             out += label_findings(where, split, stats, described["kind"])
             out += length_findings(where, stats, config.data.max_length)
+            out += whitespace_findings(where, stats)
             out += repeat_findings(where, split, stats)
         for split, overlap in described["overlap"].items():
             out += overlap_findings(f"{name}/{split}", overlap, max_overlap, max_mislabelled)
@@ -152,6 +154,20 @@ def length_findings(where: str, stats: dict[str, Any], max_length: int) -> list[
     )
     lines = [f"{stats['source']}:{line}" for line in stats["truncated_lines"]]
     return [Finding("warning" if share >= 0.01 else "info", "truncation", msg, where, share, lines)]
+
+
+def whitespace_findings(where: str, stats: dict[str, Any]) -> list[Finding]:
+    """Words whose first sub-word is a lone whitespace piece (byte-level BPE's 'Ġ' before a number, a SentencePiece
+    '▁'): never read (data/alignment.py), but the share says how much 'first' sub-word reading depends on it."""
+    led = stats.get("whitespace_led_words", 0)
+    if not led:
+        return []
+    msg = (
+        f"{led} word(s) ({stats['whitespace_led_share']:.1%}) start with a lone whitespace piece (e.g. 'Ġ' before a "
+        "number): their tags are read from the word's first real piece (model.word_token=first) or its last "
+        "(last; auto under causal attention)"
+    )
+    return [Finding("info", "whitespace_pieces", msg, where, 0.0)]
 
 
 def repeat_findings(where: str, split: str, stats: dict[str, Any]) -> list[Finding]:

@@ -154,7 +154,7 @@ def diagnostic_batches(
     for source in load_split(tasks, split, names, repair_iob=cfg.data.repair_iob):
         chosen = source.examples[:examples]
         encoded = saved.encoder.encode_batch([ex.words if ex.words is not None else ex.text for ex in chosen])
-        rows = [EncodedExample(e.ids, e.word_index, e.words) for e in encoded]
+        rows = [EncodedExample.unlabelled(e) for e in encoded]
         run = [t.name for t in source.tasks]
         for start in range(0, len(rows), size):
             batch = {k: v.to(device) for k, v in collate(rows[start : start + size]).items()}

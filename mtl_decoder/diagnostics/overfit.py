@@ -101,7 +101,7 @@ def overfit(
     chosen, encoder, label_sets = one_batch(cfg, examples)
     kinds = {name: t.kind for name, t in cfg.tasks.items()}
     label_ids = {t: {lab: i for i, lab in enumerate(labs)} for t, labs in label_sets.items()}
-    rows = [encode_example(ex, encoder, label_ids, kinds, cfg.model.word_token_position) for ex in chosen]
+    rows = [encode_example(ex, encoder, label_ids, kinds) for ex in chosen]
     batch = {k: _to(v, device) for k, v in collator_for(cfg.model, encoder.pad_id, kinds)(rows).items()}
     model = build_model(cfg, label_sets, encoder).to(device)
 
@@ -120,7 +120,7 @@ def one_batch(cfg: ExperimentConfig, examples: int) -> tuple[list[Example], Text
     label_sets = {t.name: infer_labels(t, s.examples) for s in train for t in s.tasks}
     for source in train:
         check_labels(source, label_sets, "train")
-    encoder = TextEncoder(make_tokenizer(cfg, train), cfg.data.max_length, words_as_text=cfg.model.trunk.enabled)
+    encoder = TextEncoder.for_model(make_tokenizer(cfg, train), cfg.model, cfg.data.max_length)
     return pick_examples(train, list(cfg.tasks), examples), encoder, label_sets
 
 

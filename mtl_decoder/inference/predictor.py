@@ -4,7 +4,10 @@ validation, ``evaluate`` and ``predict``, so their numbers agree.
 Inputs stream through a bounded buffer: encoded, grouped by length into batches, run, and given back in
 input order. A text longer than the model's maximum length is tagged in overlapping windows (each word
 takes its tags from the window where it sits most centrally); classification reads the first window and
-the prediction is marked truncated.
+the prediction is marked truncated. Windows are sized by each word's sub-word count (``WordAlignment.subwords``)
+and each is checked against its own encoding (joined as text, a window can take more sub-words than its words'
+counts): every word is tagged from a window it reached whole, or, one word longer than the maximum length, is
+counted in ``Prediction.untagged``, never silently left 'O'.
 
 Precision: fp32 by default; bf16 (or fp16, on GPUs) runs the model under autocast: matrix products and attention
 in half precision, while the residual stream, norms, gates, output probabilities and the CRF stay float32. Faster
@@ -60,6 +63,8 @@ class Prediction:
     """The input was longer than max_length: classification saw only its first window."""
     windows: int = 1
     """Windows the input was tagged in."""
+    untagged: int = 0
+    """Words longer than the maximum length on their own: they reached no window whole, and keep the tag 'O'."""
 
 
 @dataclass
@@ -100,6 +105,11 @@ class Predictor:
         than 1 worker of 2. Predictions do not depend on it beyond float rounding."""
         if workers is not None and workers < 1:
             raise UserError(f"workers must be at least 1, got {workers}")
+        if encoder.word_token != model.cfg.word_token_position:  # tags would be read where the model never learned
+            raise ValueError(
+                f"the encoder reads words at their {encoder.word_token} sub-word, the model at its "
+                f"{model.cfg.word_token_position} (model.word_token): build it with TextEncoder.for_model"
+            )
         self.model, self.encoder, self.label_sets = model, encoder, label_sets
         self.workers = workers
         self.device = next(model.parameters()).device
@@ -172,9 +182,10 @@ class Predictor:
         tagging = [t for t in tasks if self.kinds[t] == TAGGING]
         for i, enc in enumerate(encoded):
             if enc.truncated and tagging:
-                windows = self._windows(enc.words)
+                windows = self._windows(i, enc)
                 preds[i].windows = len(windows)
-                pieces += [_Piece(i, s, e, self.encoder.encode_words(enc.words[s:e])) for s, e in windows]
+                preds[i].untagged = sum(p.encoded.kept_words == 0 for p in windows)
+                pieces += windows
             else:
                 pieces.append(_Piece(i, 0, enc.kept_words, enc))
             preds[i].truncated = enc.truncated and len(tagging) < len(tasks)
@@ -193,30 +204,36 @@ class Predictor:
             self._merge(pieces, decoded, chunk.preds, chunk.best_score)
         return chunk.preds
 
-    def _windows(self, words: list[str]) -> list[tuple[int, int]]:
-        """Overlapping word windows that each fit max_length; consecutive windows overlap by about half."""
-        enc = self.encoder.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False)
-        counts = [0] * len(words)
-        for w in enc.word_ids:
-            if w is not None:
-                counts[w] += 1
+    def _windows(self, item: int, enc: Encoded) -> list[_Piece]:
+        """Overlapping word windows, each encoded and every word of it present whole; consecutive windows overlap by
+        about half. A window is first sized by the words' sub-word counts, then cut back to what its own encoding
+        kept (words joined as text can take more sub-words together than apart). A word too long for any window
+        is a window of its own with no word kept (counted untagged)."""
+        counts, words = enc.alignment.subwords, enc.words
         budget = self.encoder.max_length - self.encoder.n_special
-        windows, start = [], 0
+        pieces, start = [], 0
         while True:
             end, used = start, 0
             while end < len(words) and (end == start or used + counts[end] <= budget):
                 used += counts[end]
                 end += 1
-            windows.append((start, end))
+            window = self.encoder.encode_words(words[start:end])
+            while 0 < window.kept_words < end - start:  # the encoding overflowed: keep the words that fit whole
+                end = start + window.kept_words
+                window = self.encoder.encode_words(words[start:end])
+            if window.kept_words == 0 and end - start > 1:  # the first word alone does not fit
+                end = start + 1
+                window = self.encoder.encode_words(words[start:end])
+            pieces.append(_Piece(item, start, end, window))
             if end >= len(words):
-                return windows
+                return pieces
             start = max(start + 1, start + (end - start) // 2)
 
     @torch.inference_mode()  # grad mode and autocast are thread-local: both are entered here, in the worker
     def _run_batch(self, pieces: list[_Piece], tasks: list[str], keep_outputs: bool) -> tuple:
         """Collate and run one batch: (output, batch) if ``keep_outputs`` else (None, None), and per task the
         (batch row, class probabilities or word-level tag ids) of each row of its output."""
-        batch = self.collate([EncodedExample(p.encoded.ids, p.encoded.word_index, p.encoded.words) for p in pieces])
+        batch = self.collate([EncodedExample.unlabelled(p.encoded) for p in pieces])
         batch = {k: v.to(self.device) for k, v in batch.items()}
         half = torch.autocast(self.device.type, dtype=self.autocast) if self.autocast is not None else nullcontext()
         with half:
@@ -227,7 +244,7 @@ class Predictor:
             if self.kinds[task] == CLASSIFICATION:
                 values = out.logits[task].float().softmax(-1).tolist()
             else:
-                values = self.model.decode_tags(task, out.logits[task], batch["word_index"][rows])
+                values = self.model.decode_tags(task, out.logits[task], batch["word_read"][rows])
             decoded[task] = list(zip(rows.tolist(), values, strict=True))
         return (out, batch, decoded) if keep_outputs else (None, None, decoded)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mtl_decoder.data.alignment import is_blank, read_position
 from mtl_decoder.data.tokenization import text_word_spans
 
 
@@ -22,10 +23,8 @@ class Word:
     end: int
     ids: list[int]
     """Its tokens (byte-level tokenizers: with the space-only tokens just before it)."""
-    first: int
-    """Index in ``ids`` of its first sub-word."""
-    last: int
-    """Index in ``ids`` of its last sub-word (tags are read at one of them: ``model.word_token``)."""
+    read: int
+    """Index in ``ids`` of the sub-word its tags are read at (``alignment.read_position``: ``model.word_token``)."""
     number: int = -1
     emissions: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -33,8 +32,9 @@ class Word:
 class Segmenter:
     """Cuts a growing text into closed words with their tokens, as the tokenizer cuts the whole text."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, word_token: str = "first"):
+        """``word_token``: 'first' or 'last', the sub-word each word is read at (``model.word_token``, resolved)."""
+        self.tokenizer, self.word_token = tokenizer, word_token
         self.pending = ""
         self.base = 0
         """Offset of ``pending`` in the stream."""
@@ -49,19 +49,17 @@ class Segmenter:
         # closed: every word but the last, and the last once something (a space) follows it
         closed = len(words) if final or (words and words[-1][1] < len(text)) else max(0, len(words) - 1)
         owner = owners(token_word, len(words))
+        blank = [is_blank(t) for t in enc.tokens]
         out: list[Word] = []
         token = 0
         for w in range(closed):
             start, end = words[w]
-            ids: list[int] = []
-            first = last = -1
+            begin = token
             while token < len(enc.ids) and owner[token] == w:
-                if token_word[token] == w:
-                    first = len(ids) if first < 0 else first
-                    last = len(ids)
-                ids.append(enc.ids[token])
                 token += 1
-            out.append(Word(text[start:end], self.base + start, self.base + end, ids, max(first, 0), max(last, 0)))
+            own = [t for t in range(begin, token) if token_word[t] == w] or list(range(begin, token))
+            read = read_position(own, blank, self.word_token) - begin
+            out.append(Word(text[start:end], self.base + start, self.base + end, list(enc.ids[begin:token]), read))
         cut = len(text) if final else (words[closed - 1][1] if closed else 0)
         self.pending = text[cut:]
         self.base += cut

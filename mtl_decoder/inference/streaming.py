@@ -9,7 +9,8 @@ When a word's tags are final:
 - the tokenizer must have *closed* the word first: a word is closed once the text after it holds a space or the
   start of another word (``New`` is not closed until the space after it arrives, since ``Newcastle`` may follow);
   a closed word's tokens and word features (character CNN, shape, hashed features) never change;
-- softmax tagging: a closed word's tag is read at its first (or, ``model.word_token``, last) sub-word, and later
+- softmax tagging: a closed word's tag is read at its first (or, ``model.word_token``, last) sub-word, never a lone
+  whitespace piece (``data/alignment.py``, the rule ``predict`` reads by), and later
   tokens cannot change it (causal attention), so it is emitted at once, and equals what ``predict`` gives for the
   whole text as one record as long as the text fits in ``data.max_length`` tokens;
 - CRF tagging: the best path through a word can change with every later word. With ``lookahead`` N a word is
@@ -137,7 +138,7 @@ class StreamTagger:
             raise UserError(
                 f"context must lie in [0, {room - 1}] tokens (data.max_length - special tokens), got {context}"
             )
-        self.segmenter = Segmenter(encoder.tokenizer)
+        self.segmenter = Segmenter(encoder.tokenizer, model.cfg.word_token_position)
         self.collate = collator_for(model.cfg, encoder.pad_id, {})
         self.device = next(model.parameters()).device
         self.cache = model.new_cache(1, self.capacity, names)
@@ -192,7 +193,7 @@ class StreamTagger:
                     self._restart(w)
                 if n > self._free():  # one word longer than the whole room: its first tokens carry its tags
                     w.ids = w.ids[: self._free()]
-                    w.first, w.last = min(w.first, len(w.ids) - 1), min(w.last, len(w.ids) - 1)
+                    w.read = min(w.read, len(w.ids) - 1)
             group.append(w)
             used += len(w.ids)
         if group:
@@ -245,9 +246,8 @@ class StreamTagger:
             return
         position = {}
         offset = 0
-        read_last = self.model.cfg.word_token_position == "last"
         for w in emit_for:
-            position[id(w)] = offset + (w.last if read_last else w.first)
+            position[id(w)] = offset + w.read  # where the segmenter's alignment rule reads the word
             offset += len(w.ids)
         rows = torch.tensor([position[id(w)] for w in emit_for], device=self.device)
         for task in self.tasks:

@@ -114,11 +114,14 @@ class MultiTaskModel(nn.Module):
         labels: dict[str, torch.Tensor] | None = None,
         tasks: list[str] | None = None,
         word_index: torch.Tensor | None = None,
+        word_read: torch.Tensor | None = None,
         **features: Any,
     ) -> MTLOutput:
         """input_ids, attention_mask: (B, T), right-padded. labels: task -> (B, T) tags or (B,) classes, -100 =
-        no label. ``tasks``: heads to run (default: the labelled tasks, or all without labels). ``features``:
-        per-word inputs from the collator (token_word, char_ids, shape_ids, hash_ids), passed to the trunk."""
+        no label. ``tasks``: heads to run (default: the labelled tasks, or all without labels). ``word_index`` (B, T)
+        each sub-word's word (the heads do not need it); ``word_read`` (B, W) the position each word is read from
+        (the collator's, from the encoder's WordAlignment; the CRF loss needs it). ``features``: per-word inputs
+        from the collator (token_word, char_ids, shape_ids, hash_ids), passed to the trunk."""
         attention_mask = attention_mask.bool()
         B = input_ids.shape[0]
         present = None if labels is None else {k: _has_label(v) for k, v in labels.items()}
@@ -144,7 +147,7 @@ class MultiTaskModel(nn.Module):
             out.logits[name] = self.heads[name](hidden)
             out.examples[name] = examples
             if labels is not None and name in labels:
-                loss = self._task_loss(name, out.logits[name], labels[name][examples], word_index, examples)
+                loss = self._task_loss(name, out.logits[name], labels[name][examples], word_read, examples)
                 if loss is not None:
                     out.losses[name] = loss
         if out.losses:
@@ -163,7 +166,7 @@ class MultiTaskModel(nn.Module):
         name: str,
         logits: torch.Tensor,
         labels: torch.Tensor,
-        word_index: torch.Tensor | None,
+        word_read: torch.Tensor | None,
         examples: torch.Tensor,
     ) -> torch.Tensor | None:
         """The mean over the examples that carry the task's label of each example's loss (PLE, Eq. 9): a tagged
@@ -172,9 +175,9 @@ class MultiTaskModel(nn.Module):
         if not keep.any():
             return None
         if name in self.crfs:
-            emissions, tags, mask = word_level(
-                logits[keep], word_index[examples][keep], labels[keep], self.cfg.word_token_position
-            )
+            if word_read is None:
+                raise ValueError(f"task '{name}' has a CRF: its loss needs word_read (the collator's batch has it)")
+            emissions, tags, mask = word_level(logits[keep], word_read[examples][keep], labels[keep])
             return self.crfs[name].nll(emissions, tags, mask).mean()
         if labels.dim() == 1:  # classification: one label per example
             return F.cross_entropy(logits[keep].float(), labels[keep])
@@ -186,9 +189,10 @@ class MultiTaskModel(nn.Module):
     # ---------------------------------------------------------------------------------- decoding
 
     @torch.no_grad()
-    def decode_tags(self, name: str, logits: torch.Tensor, word_index: torch.Tensor) -> list[list[int]]:
-        """Word-level tag ids for each row of a tagging task's logits (first sub-word of every word)."""
-        emissions, _, mask = word_level(logits, word_index, position=self.cfg.word_token_position)
+    def decode_tags(self, name: str, logits: torch.Tensor, word_read: torch.Tensor) -> list[list[int]]:
+        """Word-level tag ids for each row of a tagging task's logits, read where ``word_read`` (n, W) says (the
+        batch's, from the encoder's WordAlignment): one per word that reached the model whole."""
+        emissions, _, mask = word_level(logits, word_read)
         if name in self.crfs:
             return self.crfs[name].decode(emissions, mask)
         best = emissions.argmax(-1)
@@ -204,29 +208,20 @@ def _has_label(labels: torch.Tensor) -> torch.Tensor:
 
 
 def word_level(
-    logits: torch.Tensor, word_index: torch.Tensor, labels: torch.Tensor | None = None, position: str = "first"
+    logits: torch.Tensor, word_read: torch.Tensor, labels: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gather each word's first (or last) sub-word logits into word order: (n, W, L) emissions, (n, W) tags,
-    (n, W) prefix mask.
+    """Each word's logits (and label) at its read position, in word order: (n, W, L) emissions (zero past a row's
+    words), (n, W) tags (-100 without labels or past the words), (n, W) prefix mask.
 
-    word_index (n, T) gives each sub-word's word (-1 for special tokens and padding); words cut by truncation
-    are absent, so the present words of a row are always a prefix 0..W_i-1.
+    word_read (n, W) holds the position each word is read from, -1 past the row's words (``WordAlignment.reads``,
+    padded by the collator): where a word is read is decided there, once, not here.
     """
-    n, _T, L = logits.shape
-    if position == "last":
-        after = torch.cat([word_index[:, 1:], torch.full_like(word_index[:, :1], -1)], dim=1)
-        first = (word_index >= 0) & (word_index != after)  # (n, T): the word's last sub-word
-    else:
-        prev = torch.cat([torch.full_like(word_index[:, :1], -1), word_index[:, :-1]], dim=1)
-        first = (word_index >= 0) & (word_index != prev)  # (n, T)
-    W = int(word_index.max().item()) + 1 if first.any() else 1
-    rows, cols = first.nonzero(as_tuple=True)
-    words = word_index[rows, cols]
-    emissions = logits.new_zeros(n, W, L)
-    emissions[rows, words] = logits[rows, cols]
-    mask = torch.zeros(n, W, dtype=torch.bool, device=logits.device)
-    mask[rows, words] = True
-    tags = torch.full((n, W), -100, dtype=torch.long, device=logits.device)
+    L = logits.shape[-1]
+    mask = word_read >= 0  # (n, W)
+    at = word_read.clamp(min=0)  # (n, W)
+    gathered = logits.gather(1, at.unsqueeze(-1).expand(-1, -1, L))  # (n, W, L)
+    emissions = torch.where(mask.unsqueeze(-1), gathered, torch.zeros((), dtype=logits.dtype, device=logits.device))
+    tags = torch.full(mask.shape, -100, dtype=torch.long, device=logits.device)
     if labels is not None:
-        tags[rows, words] = labels[rows, cols]
+        tags = torch.where(mask, labels.gather(1, at), tags)
     return emissions, tags, mask

@@ -3,7 +3,9 @@
 Per tagging task: ``tags`` (one per word), ``entities`` (type, start, end, text) and ``windows``; for raw
 text also ``words`` and ``offsets`` (each word's [start, end) character offsets), and entity offsets are
 characters, so ``text[start:end] == entity["text"]`` always; for token input entity offsets are token
-indices (end exclusive) and the entity text is its tokens joined by spaces. Per classification task:
+indices (end exclusive) and the entity text is its tokens joined by spaces; ``untagged`` only where some word
+was longer than the model's maximum length on its own (the count of such words: they reached the model in no
+window, and their tag 'O' is not a prediction). Per classification task:
 ``label``, ``probs`` (label -> probability) and ``truncated`` (the input was cut to the model's length).
 """
 
@@ -101,4 +103,6 @@ def _tagging(
     entry["tags"] = tags
     entry["entities"] = entity_dicts(tags, words, spans, text)
     entry["windows"] = pred.windows
+    if pred.untagged:
+        entry["untagged"] = pred.untagged
     return entry

@@ -57,6 +57,8 @@ class PredictSummary:
     """Records longer than the model's maximum length whose classification saw only the first window."""
     windowed: int = 0
     """Records tagged in more than one window (too long for one pass)."""
+    untagged_words: int = 0
+    """Words longer than the maximum length on their own: in no window whole, so left 'O' unread."""
     empty_lines: int = 0
     tokens: int = 0
     """Words predicted on: the input tokens, or the pre-tokenizer's words of a raw text."""
@@ -101,6 +103,11 @@ class PredictSummary:
             lines.append(
                 f"warning: {self.truncated:,} records were longer than the model's maximum length; their "
                 'classification read only the beginning (marked "truncated": true)'
+            )
+        if self.untagged_words:
+            lines.append(
+                f"warning: {self.untagged_words:,} words were longer than the model's maximum length on their own: "
+                'they are tagged "O" without being read (counted per record as "untagged")'
             )
         return "\n".join(lines)
 
@@ -240,6 +247,7 @@ def _stream(
             summary.tokens += len(pred.words)
             summary.truncated += pred.truncated
             summary.windowed += pred.windows > 1
+            summary.untagged_words += pred.untagged
             bar.update()
     summary.seconds = perf_counter() - start
 

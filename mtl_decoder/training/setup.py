@@ -68,12 +68,11 @@ def encode_sources(
     encoder: TextEncoder,
     label_sets: dict[str, list[str]],
     kinds: dict[str, str],
-    word_token: str = "first",
 ) -> tuple[list[list[EncodedExample]], list[str]]:
     label_ids = {t: {lab: i for i, lab in enumerate(labs)} for t, labs in label_sets.items()}
     encoded, report = [], []
     for source in sources:
-        rows = [encode_example(ex, encoder, label_ids, kinds, word_token) for ex in source.examples]
+        rows = [encode_example(ex, encoder, label_ids, kinds) for ex in source.examples]
         encoded.append(rows)
         names = "+".join(t.name for t in source.tasks)
         cut = [r for r in rows if r.truncated_words]

@@ -163,14 +163,14 @@ class Trainer:
         with acc.main_process_first():  # the main process trains and saves the tokenizer, the others load it
             stored_tokenizer = self.run.tokenizer if resumed or not acc.is_main_process else None
             tokenizer = make_tokenizer(cfg, train, stored_tokenizer)
-            encoder = TextEncoder(tokenizer, cfg.data.max_length, words_as_text=cfg.model.trunk.enabled)
+            encoder = TextEncoder.for_model(tokenizer, cfg.model, cfg.data.max_length)
             if acc.is_main_process and not resumed:
                 self.run.claim(to_remove)
                 encoder.save(self.run.path)
                 self.run.write_labels(label_sets)
                 self.run.write_config(cfg.to_yaml())
         kinds = {name: t.kind for name, t in cfg.tasks.items()}
-        encoded, report = encode_sources(train, encoder, label_sets, kinds, cfg.model.word_token_position)
+        encoded, report = encode_sources(train, encoder, label_sets, kinds)
         return RunData(train, validation, label_sets, encoder, MultiTaskDataset(encoded), report)
 
     def _setup_model(self) -> None:

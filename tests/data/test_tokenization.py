@@ -11,7 +11,7 @@ from tokenizers import normalizers
 from mtl_decoder.config import TAGGING, TokenizerConfig
 from mtl_decoder.data.batching import encode_example
 from mtl_decoder.data.tasks import Example
-from mtl_decoder.data.tokenization import TextEncoder, train_tokenizer, word_labels
+from mtl_decoder.data.tokenization import TextEncoder, train_tokenizer
 from mtl_decoder.errors import UserError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -36,7 +36,7 @@ def test_labels_sit_on_the_first_subword_only(encoder):
     inner = enc.word_index[1:-1]
     assert inner == sorted(inner) and sorted(set(inner)) == list(range(len(WORDS)))
     tags = [10 + i for i in range(len(WORDS))]
-    labels = word_labels(enc, tags)
+    labels = enc.alignment.labels(tags)
     assert len(labels) == len(enc.ids)
     firsts = first_subwords(enc.word_index)
     assert [labels[i] for i in firsts] == tags
@@ -52,9 +52,12 @@ def test_truncation_keeps_a_prefix_and_counts_cut_words(encoder):
     # the truncated encoding is the full one cut after 10 sub-words, then closed with [SEP]
     assert short.ids[:-1] == full.ids[:11] and short.ids[-1] == full.ids[-1]
     assert short.word_index[:-1] == full.word_index[:11] and short.word_index[-1] == -1
-    assert short.kept_words == max(short.word_index) + 1 < len(words)
-    labels = word_labels(short, list(range(len(words))))
+    # kept: the words all of whose sub-words are among the 10 kept (a word cut part way is not tagged)
+    whole = [w for w in range(len(words)) if w in full.word_index[1:11] and w not in full.word_index[11:]]
+    assert short.kept_words == len(whole) < len(words) and whole == list(range(short.kept_words))
+    labels = short.alignment.labels(list(range(len(words))))
     assert [lab for lab in labels if lab != -100] == list(range(short.kept_words))
+    assert all(labels[p] == -100 for p, w in enumerate(short.word_index) if w >= short.kept_words)
 
     ex = Example(words, None, {"ner": ["O"] * len(words)})
     encoded = encode_example(ex, TextEncoder(encoder.tokenizer, 12), {"ner": {"O": 0}}, {"ner": TAGGING})

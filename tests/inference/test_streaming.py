@@ -25,7 +25,8 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def softmax_model(tmp_path_factory):
-    return load_model(saved_model(tmp_path_factory.mktemp("softmax"), [*FEATURES, "data.max_length=128"]))
+    overrides = [*FEATURES, "data.max_length=128", "model.word_token=first"]  # the default, auto, reads the last
+    return load_model(saved_model(tmp_path_factory.mktemp("softmax"), overrides))
 
 
 @pytest.fixture(scope="module")

@@ -100,8 +100,16 @@ def tiny_batch(lengths: list[int], T: int | None = None, seed: int = 0) -> dict[
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "word_index": word_index,
+        "word_read": first_positions(word_index),
         "labels": {"ner": ner, "sent": sent},
     }
+
+
+def first_positions(word_index: torch.Tensor) -> torch.Tensor:
+    """(B, W) each word's first sub-word position (the labels above sit there), -1 past a row's words."""
+    rows = [[t for t, w in enumerate(wi) if w >= 0 and (t == 0 or wi[t - 1] != w)] for wi in word_index.tolist()]
+    W = max([1, *(len(r) for r in rows)])
+    return torch.tensor([[*r, *[-1] * (W - len(r))] for r in rows], dtype=torch.long)
 
 
 def gold_word_tags(labels: torch.Tensor, word_index: torch.Tensor) -> list[list[int]]:

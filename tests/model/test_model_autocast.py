@@ -10,7 +10,7 @@ def test_bf16_autocast_forward_and_backward(ffn):
     model = perturb(tiny_model(ffn=ffn, seed=4, tagging_decoder="crf"), seed=5, std=0.05).eval()
     batch = tiny_batch([7, 5, 6], seed=6)
     args = (batch["input_ids"], batch["attention_mask"])
-    kwargs = dict(labels=batch["labels"], word_index=batch["word_index"])
+    kwargs = dict(labels=batch["labels"], word_read=batch["word_read"])
     with torch.no_grad():
         ref = model(*args, **kwargs)
     with torch.autocast("cpu", dtype=torch.bfloat16):

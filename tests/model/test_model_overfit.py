@@ -16,7 +16,7 @@ def fit(model, batch, labels):
     model.train()
     first = None
     for _step in range(MAX_STEPS):
-        out = model(batch["input_ids"], batch["attention_mask"], labels=labels, word_index=batch["word_index"])
+        out = model(batch["input_ids"], batch["attention_mask"], labels=labels, word_read=batch["word_read"])
         first = out.loss.item() if first is None else first
         if out.loss.item() < TARGET:
             break
@@ -41,7 +41,7 @@ def test_tagging_overfits_and_decodes_gold(decoder, ffn, attention):
     with torch.no_grad():
         out = model(batch["input_ids"], batch["attention_mask"], tasks=["ner"])
     rows = out.examples["ner"]
-    decoded = model.decode_tags("ner", out.logits["ner"], batch["word_index"][rows])
+    decoded = model.decode_tags("ner", out.logits["ner"], batch["word_read"][rows])
     assert decoded == gold_word_tags(labels["ner"][rows], batch["word_index"][rows])
 
 

@@ -18,7 +18,7 @@ def _three_task_specs():
 
 
 def _loss_of(model, batch, task):
-    out = model(batch["input_ids"], batch["attention_mask"], labels=batch["labels"], word_index=batch["word_index"])
+    out = model(batch["input_ids"], batch["attention_mask"], labels=batch["labels"], word_read=batch["word_read"])
     assert set(out.losses) == set(batch["labels"])
     return out, out.losses[task]
 
@@ -64,7 +64,7 @@ def test_ple_last_layer_has_no_shared_gate_and_its_shared_route_stays_put():
     block_outputs = []
     hook = blocks[-1].register_forward_hook(lambda _m, _a, o: block_outputs.append(o[0]))
     with torch.no_grad():
-        out = model(batch["input_ids"], batch["attention_mask"], word_index=batch["word_index"])
+        out = model(batch["input_ids"], batch["attention_mask"], word_read=batch["word_read"])
     hook.remove()
     assert out.layout.names == [*model.task_names, SHARED]
     n_task_columns = model.cfg.n_task_experts * len(model.task_names)
@@ -174,7 +174,7 @@ def test_batch_without_any_label_gives_an_empty_output(ffn):
     model = tiny_model(ffn=ffn, seed=12)
     batch = tiny_batch([5, 3], seed=12)
     labels = {"ner": torch.full_like(batch["labels"]["ner"], -100), "sent": torch.full((2,), -100)}
-    out = model(batch["input_ids"], batch["attention_mask"], labels=labels, word_index=batch["word_index"])
+    out = model(batch["input_ids"], batch["attention_mask"], labels=labels, word_read=batch["word_read"])
     assert out.logits == {} and out.losses == {}
     assert out.loss is None
     assert len(out.gates) == model.cfg.n_layers
@@ -193,7 +193,7 @@ def _rows_through_layers(model, batch, labels=None):
         hooks.append(layer.attn.register_forward_hook(lambda _m, args, _o: seen["attention"].append(args[0].shape[0])))
     try:
         with torch.no_grad():
-            out = model(batch["input_ids"], batch["attention_mask"], labels=labels, word_index=batch["word_index"])
+            out = model(batch["input_ids"], batch["attention_mask"], labels=labels, word_read=batch["word_read"])
     finally:
         for h in hooks:
             h.remove()

@@ -28,7 +28,7 @@ def test_safetensors_round_trip_gives_identical_logits(tmp_path, ffn, decoder):
     gen = torch.Generator().manual_seed(4)
     U = int(batch["word_index"].max()) + 1  # the words of row 0 stand for every row's words
     features = dict(
-        word_index=batch["word_index"],
+        word_read=batch["word_read"],
         token_word=batch["word_index"],
         char_ids=torch.randint(1, 128, (U, 5), generator=gen),
         shape_ids=torch.randint(1, 5, (U,), generator=gen),
@@ -41,6 +41,6 @@ def test_safetensors_round_trip_gives_identical_logits(tmp_path, ffn, decoder):
         assert torch.equal(a.logits[name], b.logits[name])
     assert torch.equal(a.loss, b.loss)
     ner_rows = a.examples["ner"]
-    assert model.decode_tags("ner", a.logits["ner"], batch["word_index"][ner_rows]) == fresh.decode_tags(
-        "ner", b.logits["ner"], batch["word_index"][ner_rows]
+    assert model.decode_tags("ner", a.logits["ner"], batch["word_read"][ner_rows]) == fresh.decode_tags(
+        "ner", b.logits["ner"], batch["word_read"][ner_rows]
     )

@@ -1,4 +1,4 @@
-"""First-sub-word gathering into word order, and word-level decoding, with truncated and empty rows."""
+"""Gathering each word's read position into word order, and word-level decoding, with truncated and empty rows."""
 
 import pytest
 import torch
@@ -15,7 +15,9 @@ WORD_INDEX = torch.tensor(
         [-1, -1, -1, -1, -1, -1, -1, -1],  # no words at all
     ]
 )
-FIRST_COLS = [[1, 3, 4], [1, 3], [0, 1, 2, 3], []]
+FIRST_COLS = [[1, 3, 4], [1], [0, 1, 2, 3], []]
+"""Each row's read positions: its words' first sub-words (row 1: word 1 is cut part way, so only word 0 is whole)."""
+WORD_READ = torch.tensor([[*cols, *[-1] * (4 - len(cols))] for cols in FIRST_COLS])
 
 
 def test_word_level_gathers_first_sub_words():
@@ -25,7 +27,7 @@ def test_word_level_gathers_first_sub_words():
     for i, cols in enumerate(FIRST_COLS):
         for j, c in enumerate(cols):
             labels[i, c] = (i + j) % L
-    emissions, tags, mask = word_level(logits, WORD_INDEX, labels)
+    emissions, tags, mask = word_level(logits, WORD_READ, labels)
     W = 4
     assert emissions.shape == (n, W, L) and tags.shape == (n, W) and mask.shape == (n, W)
     assert mask.tolist() == [[j < len(cols) for j in range(W)] for cols in FIRST_COLS]
@@ -37,14 +39,14 @@ def test_word_level_gathers_first_sub_words():
             else:  # absent word (truncated or past the end): zero emission, no tag
                 assert torch.count_nonzero(emissions[i, j]) == 0
                 assert tags[i, j] == -100
-    _, tags_without_labels, mask_again = word_level(logits, WORD_INDEX)
+    _, tags_without_labels, mask_again = word_level(logits, WORD_READ)
     assert (tags_without_labels == -100).all()
     assert torch.equal(mask_again, mask)
 
 
 def test_word_level_gradient_flows_only_to_first_sub_words():
     logits = torch.randn(4, 8, 3, requires_grad=True)
-    emissions, _, mask = word_level(logits, WORD_INDEX)
+    emissions, _, mask = word_level(logits, WORD_READ)
     (emissions * mask.unsqueeze(-1)).sum().backward()
     touched = (logits.grad != 0).any(-1)
     expected = torch.zeros(4, 8, dtype=torch.bool)
@@ -59,7 +61,7 @@ def test_decode_tags_one_tag_per_present_word(decoder):
     spec = TaskHeadSpec("ner", TAGGING, NER_LABELS)
     model = tiny_model(specs=[spec], tagging_decoder=decoder).eval()
     logits = torch.randn(4, 8, len(NER_LABELS), generator=torch.Generator().manual_seed(0))
-    paths = model.decode_tags("ner", logits, WORD_INDEX)
+    paths = model.decode_tags("ner", logits, WORD_READ)
     assert [len(p) for p in paths] == [len(c) for c in FIRST_COLS]
     if decoder == "softmax":
         assert paths == [logits[i, cols].argmax(-1).tolist() for i, cols in enumerate(FIRST_COLS)]
@@ -121,16 +123,16 @@ def test_last_word_token_reads_and_labels_each_words_last_sub_word():
     """model.word_token=last: a word's tag sits on, and is read from, its last sub-word (causal trunks: the only
     one that has seen the whole word); 'auto' picks it under causal attention."""
     from mtl_decoder.config import ModelConfig
-    from mtl_decoder.data.tokenization import Encoded, word_labels
+    from mtl_decoder.data.alignment import WordAlignment
 
-    word_index = torch.tensor([[-1, 0, 0, 1, 2, 2, 2, -1]])
+    word_index = [-1, 0, 0, 1, 2, 2, 2, -1]
     logits = torch.arange(8.0).view(1, 8, 1).expand(1, 8, 2).clone()
-    first, _, _ = word_level(logits, word_index)
-    last, _, mask = word_level(logits, word_index, position="last")
+    first_al, last_al = (WordAlignment.from_word_index(word_index, p) for p in ("first", "last"))
+    first, _, _ = word_level(logits, torch.tensor([first_al.reads]))
+    last, _, mask = word_level(logits, torch.tensor([last_al.reads]))
     assert first[0, :, 0].tolist() == [1.0, 3.0, 4.0] and last[0, :, 0].tolist() == [2.0, 3.0, 6.0]
     assert mask.all()
-    encoded = Encoded(list(range(8)), word_index[0].tolist(), ["a", "b", "c"], None, 3)
-    assert word_labels(encoded, [7, 8, 9], "last") == [-100, -100, 7, 8, -100, -100, 9, -100]
-    assert word_labels(encoded, [7, 8, 9]) == [-100, 7, -100, 8, 9, -100, -100, -100]
+    assert last_al.labels([7, 8, 9]) == [-100, -100, 7, 8, -100, -100, 9, -100]
+    assert first_al.labels([7, 8, 9]) == [-100, 7, -100, 8, 9, -100, -100, -100]
     assert ModelConfig(word_token="auto", attention="causal").word_token_position == "last"
     assert ModelConfig(word_token="auto", attention="bidirectional").word_token_position == "first"

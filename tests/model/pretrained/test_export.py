@@ -107,7 +107,7 @@ def test_lora_updates_merge_in_each_familys_layout(tmp_path, family):
     """GPT-2's Conv1D holds its weight as (in, out): the merged update must follow; a task's own expert too."""
     checkpoint = tiny_checkpoint(tmp_path / family, family)
     cfg = tiny_config(tmp_path / "run", overrides(checkpoint, tmp_path, "lora", "model.ffn=cgc"))
-    encoder = TextEncoder(load_tokenizer(cfg.model.trunk), cfg.data.max_length, words_as_text=True)
+    encoder = TextEncoder.for_model(load_tokenizer(cfg.model.trunk), cfg.model, cfg.data.max_length)
     model = build_model(cfg, LABELS, encoder).eval()
     torch.manual_seed(0)
     with torch.no_grad():

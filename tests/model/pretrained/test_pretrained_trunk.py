@@ -32,7 +32,7 @@ def _model(checkpoint: Path, tmp: Path, *overrides: str):
     cfg = tiny_config(
         tmp / "run", [f"model.trunk.pretrained={checkpoint}", f"model.trunk.cache_dir={tmp}/cache", *overrides]
     )
-    encoder = TextEncoder(load_tokenizer(cfg.model.trunk), cfg.data.max_length, words_as_text=True)
+    encoder = TextEncoder.for_model(load_tokenizer(cfg.model.trunk), cfg.model, cfg.data.max_length)
     return build_model(cfg, LABELS, encoder).eval(), encoder
 
 

@@ -69,7 +69,7 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(checkpoint, tm
             "model.trunk.lora_attention=true",
         ]
         cfg = tiny_config(tmp_path / "run", overrides)
-        encoder = TextEncoder(load_tokenizer(cfg.model.trunk), cfg.data.max_length, words_as_text=True)
+        encoder = TextEncoder.for_model(load_tokenizer(cfg.model.trunk), cfg.model, cfg.data.max_length)
         torch.manual_seed(0)
         model = build_model(cfg, LABELS, encoder).train()
         with torch.no_grad():  # non-zero LoRA updates, so that their gradients reach every factor
@@ -135,7 +135,7 @@ def _saved_untrained(tmp_path: Path, mode: str, save: str) -> tuple[Path, Path, 
     model folder, the checkpoint and the in-memory model's predictions."""
     checkpoint = tiny_checkpoint(tmp_path / "checkpoint")
     cfg = tiny_config(tmp_path / "run", overrides(checkpoint, tmp_path, mode, f"model.trunk.save={save}"))
-    encoder = TextEncoder(load_tokenizer(cfg.model.trunk), cfg.data.max_length, words_as_text=True)
+    encoder = TextEncoder.for_model(load_tokenizer(cfg.model.trunk), cfg.model, cfg.data.max_length)
     model = build_model(cfg, LABELS, encoder).eval()
     torch.manual_seed(1)
     with torch.no_grad():
