@@ -397,8 +397,8 @@ class ExperimentConfig:
         if trunk.caches_states and self.data.word_dropout:
             raise ConfigError(
                 "data.word_dropout",
-                f"must be 0 with model.trunk.mode={trunk.mode}: the frozen trunk's states are cached per token sequence, "
-                "and dropped words would make every sequence new",
+                f"must be 0 with model.trunk.mode={trunk.mode}: the frozen trunk's states are cached per token "
+                "sequence, and dropped words would make every sequence new",
             )
 
     def to_dict(self) -> dict[str, Any]:

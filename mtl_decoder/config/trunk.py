@@ -54,8 +54,8 @@ class TrunkConfig:
     lora_attention: bool = False
     """Mode 'lora': also put one low-rank update on the attention projections (shared by all routes)."""
     cache_dir: str | None = None
-    """Modes 'frozen' and 'hybrid': where hidden states are cached (default ~/.cache/mtl-decoder/states); keyed by the base
-    model's weights hash, the layer and the token ids, so runs can share it."""
+    """Modes 'frozen' and 'hybrid': where hidden states are cached (default ~/.cache/mtl-decoder/states); keyed by
+    the base model's weights hash, the layer and the token ids, so runs can share it."""
     save: str = "reference"
     """What best/ stores of a frozen or LoRA trunk: 'reference' (its id or path and a hash of its weights, checked
     on load) or 'full' (the pretrained weights too, so the folder stands alone)."""
