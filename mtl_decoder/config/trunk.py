@@ -76,6 +76,12 @@ class TrunkConfig:
         check_positive("train_top", self.train_top)
         if self.read_layers is not None:
             self._check_read_layers()
+        if self.mode == "hybrid" and self.save == "full":
+            raise ConfigError(
+                "save",
+                "'full' is not supported in mode hybrid yet (its top blocks are trained, its lower ones cached): use "
+                "'reference', which records the checkpoint's path or id and the hash of its weights",
+            )
         if self.mode == "hybrid" and self.layers is not None and self.train_top >= self.layers:
             raise ConfigError(
                 "train_top",
