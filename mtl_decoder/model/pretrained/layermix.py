@@ -181,13 +181,14 @@ def _capture(block: int, output) -> None:
 
 def cache_footprint(states: FrozenStates, tokens: int) -> str:
     """What the state cache of a run costs: bytes per token and block, memory for ``tokens`` tokens, disk."""
-    blocks = len(getattr(states, "blocks", [None]))
+    read = getattr(states, "blocks", [states.identity.layers])
     per = states.identity.hidden_size * STORE_DTYPE.itemsize
     cache = states.cache
     disk = cache.disk_bytes() if hasattr(cache, "disk_bytes") else _folder_bytes(cache.directory)
     return (
-        f"{per:,} bytes per token per block ({STORE_DTYPE}), {blocks} block(s): {tokens * blocks * per / 2**20:,.1f} "
-        f"MiB in memory for {tokens:,} tokens, {disk / 2**20:,.1f} MiB on disk"
+        f"block(s) {', '.join(map(str, read))} cached, {per:,} bytes per token per block "
+        f"({str(STORE_DTYPE).removeprefix('torch.')}): {tokens * len(read) * per / 2**20:,.1f} MiB in memory for "
+        f"{tokens:,} tokens, {disk / 2**20:,.1f} MiB on disk"
     )
 
 
