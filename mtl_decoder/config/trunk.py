@@ -45,6 +45,10 @@ class TrunkConfig:
     top_mode: str = "upcycle"
     """Mode 'hybrid': how the top blocks train: 'upcycle' (each MLP becomes its expert block of trained copies, all
     their weights trained) or 'lora' (frozen, each expert the MLP plus its own low-rank update)."""
+    top_attention: str = "causal"
+    """Mode 'hybrid': attention in the trained top blocks: 'causal' (as pretrained, so step 0 computes the
+    pretrained function; the native layers above follow model.attention) or 'bidirectional' (the causal mask
+    lifted, as model.attention=bidirectional does in modes upcycle and lora; for model.n_layers 0)."""
     dtype: str = "float32"
     """Weights of the pretrained trunk: 'float32', 'bfloat16' or 'float16' (the last two for GPUs)."""
     lora_rank: int = 8
@@ -73,6 +77,7 @@ class TrunkConfig:
         check_positive("lora_alpha", self.lora_alpha)
         check_choice("layer_mix", self.layer_mix, LAYER_MIXES)
         check_choice("top_mode", self.top_mode, ("upcycle", "lora"))
+        check_choice("top_attention", self.top_attention, ("causal", "bidirectional"))
         check_positive("train_top", self.train_top)
         if self.read_layers is not None:
             self._check_read_layers()

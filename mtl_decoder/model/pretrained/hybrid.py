@@ -110,7 +110,7 @@ class HybridDecoder(MTLDecoder):
             out = self.top(
                 inputs_embeds=states[rows],
                 attention_mask=attention_mask[rows].long(),
-                is_causal=self.cfg.attention == "causal",
+                is_causal=self.cfg.trunk.top_attention == "causal",
                 use_cache=False,
             )
         gates = state.gates or [{} for _ in self._blocks]  # hard sharing with upcycle: the blocks' own MLPs

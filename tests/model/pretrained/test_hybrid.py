@@ -86,15 +86,29 @@ def _assert_task_routes_equal(model, ids, mask, expected, ffn: str, atol: float)
 @pytest.mark.parametrize("ffn", ["ple", "cgc", "mlp"])
 def test_step_zero_computes_the_pretrained_function(checkpoints, tmp_path, monkeypatch, family, top_mode, ffn):
     """Cached block 1 + trained blocks 2-3 + the final norm, no native layers: every task route's states equal
-    AutoModel's over all 3 blocks (the cache kept in float32 here, so only the arithmetic is compared)."""
+    AutoModel's over all 3 blocks (the cache kept in float32 here, so only the arithmetic is compared). The top
+    blocks attend causally (top_attention's default), whatever model.attention says of the layers above."""
     monkeypatch.setattr(frozen, "STORE_DTYPE", torch.float32)
-    overrides = ["model.trunk.train_top=2", "model.n_layers=0", "model.attention=causal"]
+    overrides = ["model.trunk.train_top=2", "model.n_layers=0", "model.attention=bidirectional"]
     model, encoder = _model(checkpoints[family], tmp_path, *overrides, f"model.trunk.top_mode={top_mode}",
                             f"model.ffn={ffn}")  # fmt: skip
     ids, mask = _batch(encoder)
     gates = _assert_task_routes_equal(model, ids, mask, _reference(checkpoints[family], ids, mask), ffn, 1e-5)
     assert [bool(g) for g in gates] == {"ple": [True, True], "cgc": [False, True]}.get(ffn, [False, False])
     assert [b is not None for b in model.expert_blocks()] == [bool(g) for g in gates]
+
+
+def test_the_top_blocks_attend_both_ways_when_asked(checkpoints, tmp_path):
+    """top_attention lifts the causal mask in the trained blocks only: the first token then sees the others."""
+    overrides = ["model.trunk.train_top=1", "model.n_layers=0"]
+    causal, encoder = _model(checkpoints["llama"], tmp_path, *overrides)
+    both, _ = _model(checkpoints["llama"], tmp_path, *overrides, "model.trunk.top_attention=bidirectional")
+    ids, mask = _batch(encoder)
+    with torch.no_grad():
+        a, _ = causal.encode(ids, mask, causal.route_layout(mask, causal.task_names, None), {})
+        b, _ = both.encode(ids, mask, both.route_layout(mask, both.task_names, None), {})
+    assert (a[:, 0] - b[:, 0]).abs().max() > 1e-3
+    torch.testing.assert_close(causal.states(ids, mask), both.states(ids, mask))  # the cached blocks: causal
 
 
 def test_with_the_float16_cache_step_zero_is_the_pretrained_function_to_its_rounding(checkpoints, tmp_path):
