@@ -73,6 +73,8 @@ class HybridDecoder(MTLDecoder):
             )
         super().__init__(cfg, tasks, vocab_size=1)  # the native layers; their init never reaches the trunk's
         self.identity, H = identity, identity.hidden_size
+        self.trunk_config = copy.deepcopy(base.config)
+        """The config of the whole trunk (what a saved model's trunk/config.json holds), before the split."""
         self.top = split_trunk(base, start)
         self.states = LayerStates(base, identity, layered_cache(base, identity, [start], trunk.dtype, trunk.cache_dir),
                                   [start])  # fmt: skip

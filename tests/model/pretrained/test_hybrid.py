@@ -223,6 +223,7 @@ def test_a_trained_hybrid_model_saves_loads_evaluates_and_predicts(root, tmp_pat
     result = evaluate(run.best, split="validation", output_dir=tmp_path / "eval")
     assert set(result.metrics["tasks"]) == {"ner", "sentiment"}
     assert "hybrid: its states at block 1" in (run.best / "README.md").read_text()
+    assert json.loads((run.best / "trunk" / "config.json").read_text())["num_hidden_layers"] == 2  # the whole trunk
     out = tmp_path / "pred.jsonl"
     source = FIXTURES / "sentiment_test.jsonl"
     assert main(["predict", "--model", str(run.best), "--input", str(source), "--output", str(out)]) == 0
@@ -231,3 +232,29 @@ def test_a_trained_hybrid_model_saves_loads_evaluates_and_predicts(root, tmp_pat
     assert json.loads(lines[0])["predictions"]["sentiment"]["label"] in run.label_sets["sentiment"]
     with pytest.raises(UserError, match="export --trunk does not handle mode hybrid"):
         export_trunk(run.best, tmp_path / "hf")
+
+
+@pytest.mark.parametrize("top_mode", ["upcycle", "lora"])
+def test_gradient_checkpointing_of_the_top_blocks_gives_the_same_loss_and_gradients(checkpoints, tmp_path, top_mode):
+    results = []
+    for checkpointing in ("false", "true"):
+        torch.manual_seed(0)
+        overrides = ["model.trunk.train_top=2", "model.n_layers=1", f"model.trunk.top_mode={top_mode}"]
+        model, encoder = _model(checkpoints["llama"], tmp_path, *overrides,
+                                f"model.trunk.gradient_checkpointing={checkpointing}")  # fmt: skip
+        model.train()
+        with torch.no_grad():  # off the zero-initialised updates and outputs, so that gradients reach every part
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.add_(torch.randn_like(p) * 0.05)
+        ids, mask = _batch(encoder)
+        out = model(ids, mask, labels={"sentiment": torch.tensor([0, 1, 1])})
+        out.loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        results.append((out.loss.detach(), grads, len(out.gates)))
+    (loss_a, grads_a, gates_a), (loss_b, grads_b, gates_b) = results
+    torch.testing.assert_close(loss_b, loss_a, atol=1e-6, rtol=1e-6)
+    assert grads_a.keys() == grads_b.keys() and any(n.startswith("top.") and ".mlp." in n for n in grads_a)
+    for name, grad in grads_a.items():
+        torch.testing.assert_close(grads_b[name], grad, atol=1e-6, rtol=1e-5, msg=name)
+    assert gates_a == gates_b == 2 + 1  # the recomputation's gates are not collected a second time
