@@ -29,6 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+from smollm2_rows import PAIRS as SMOLLM2_PAIRS  # benchmarks/smollm2_rows.py, beside this script
+from smollm2_rows import ROWS as SMOLLM2_ROWS
+
 from mtl_decoder.files import atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,6 +112,7 @@ MODELS: dict[str, tuple[str, list[str], str]] = {
         ["model.position_embedding=linear", "model.position_embedding_where=every_layer"],
         "PLE with the position-aware linear sub-layer x*(1+alpha_i)+beta_i before every layer, besides RoPE",
     ),
+    **SMOLLM2_ROWS,  # issue 23: which blocks to read, how many, hybrid top blocks, the chosen default
 }
 DEFAULT = [
     "ple",
@@ -250,6 +254,7 @@ SINGLE_PAIRS = {  # the row that compares with a multi-task model: its single-ta
         "smollm2_semeval_single_aspect",
         "smollm2_semeval_single_polarity",
     ),
+    **SMOLLM2_PAIRS,
 }
 
 

@@ -77,6 +77,11 @@ def export_trunk(
             f"{model_dir}: its trunk was trained from scratch (no model.trunk.pretrained); export --trunk writes "
             "a pretrained trunk as a Hugging Face checkpoint"
         )
+    if trunk.mode == "hybrid":
+        raise UserError(
+            f"{model_dir}: export --trunk does not handle mode hybrid (its trunk is split: cached lower blocks, "
+            "trained top blocks with experts); export a model trained in mode upcycle, lora or frozen"
+        )
     notes: list[str] = []
     if trunk.mode == "frozen":
         if expert is not None:

@@ -90,12 +90,16 @@ def _base_model(config: ExperimentConfig, identity: dict[str, Any] | None, param
             f"vocabulary {config.tokenizer.vocab_size:,}).",
         ]
     mode = {
-        "frozen": f"frozen: its states at block {identity.get('layers')} are computed once per text; {m.n_layers} "
+        "frozen": f"frozen: its states at block {_read_blocks(trunk, identity)} are computed once per text; "
+        f"{m.n_layers} "
         f"native `{m.ffn}` decoder layers (d_model {m.d_model}) are trained on top",
         "upcycle": "upcycle: every block's MLP became its expert block (experts started as copies of the pretrained "
         "MLP), all weights fine-tuned",
         "lora": f"lora: the pretrained weights frozen, each expert the pretrained MLP plus its own rank-"
         f"{trunk.lora_rank} update" + (", and one update on the attention" if trunk.lora_attention else ""),
+        "hybrid": f"hybrid: its states at block {identity.get('layers', 0) - trunk.train_top} are computed once per "
+        f"text; the top {trunk.train_top} blocks are trained on them ({trunk.top_mode}, PLE in their MLPs), "
+        f"{m.n_layers} native `{m.ffn}` decoder layers above",
     }[trunk.mode]
     revision = f" (revision {identity['revision']})" if identity.get("revision") else ""
     stored = (
@@ -212,3 +216,11 @@ def _limits(config: ExperimentConfig, identity: dict[str, Any] | None) -> list[s
         "evaluation of its own on the data it will meet.",
     ]
     return lines
+
+
+def _read_blocks(trunk: Any, identity: dict[str, Any]) -> str:
+    """The blocks a frozen trunk's states are read at: '16', or '8, 16 and 24 (a learned scalar_mix)'."""
+    if not trunk.mixes_layers:
+        return str(identity.get("layers"))
+    *lower, last = [str(b) for b in trunk.read_layers]
+    return f"{', '.join(lower)} and {last} (a learned {trunk.layer_mix})"

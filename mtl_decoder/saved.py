@@ -216,7 +216,7 @@ def save_trunk_checkpoint(model: MultiTaskModel, directory: Path, weights: bool)
     frozen weights of modes frozen and lora, for model.trunk.save=full: the folder then loads on its own)."""
     base = model.states.base if hasattr(model, "states") else model.trunk
     directory.mkdir(parents=True, exist_ok=True)
-    base.config.save_pretrained(str(directory))
+    getattr(model, "trunk_config", base.config).save_pretrained(str(directory))  # hybrid: the whole trunk's
     if weights:
         state = {k: v.detach().contiguous().cpu() for k, v in _base_weights(base).items()}
         save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})

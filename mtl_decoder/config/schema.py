@@ -12,7 +12,7 @@ import yaml
 
 from mtl_decoder.config.checks import check_choice, check_positive
 from mtl_decoder.config.kinds import DEFAULT_PRIMARY_METRIC, METRICS, TASK_KINDS
-from mtl_decoder.config.trunk import TrunkConfig
+from mtl_decoder.config.trunk import TrunkConfig, check_trunk_model
 from mtl_decoder.config.variants import VARIANTS, Variant
 from mtl_decoder.errors import ConfigError
 from mtl_decoder.files import atomic_write_text
@@ -86,7 +86,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_layers", "n_heads", "expert_hidden"):
-            check_positive(name, getattr(self, name))
+            check_positive(name, getattr(self, name), allow_zero=name == "n_layers" and self.trunk.mode == "hybrid")
+        check_trunk_model(self)
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise ConfigError("n_heads", f"d_model {self.d_model} / n_heads {self.n_heads} must be an even integer")
         check_choice("attention", self.attention, ("causal", "bidirectional"))
@@ -397,11 +398,11 @@ class ExperimentConfig:
                 f"'{model.position_embedding}' needs native layers: a pretrained trunk in mode '{trunk.mode}' places "
                 "positions itself (use 'rope', or model.trunk.mode=frozen)",
             )
-        if trunk.enabled and trunk.mode == "frozen" and self.data.word_dropout:
+        if trunk.caches_states and self.data.word_dropout:
             raise ConfigError(
                 "data.word_dropout",
-                "must be 0 with model.trunk.mode=frozen: the frozen trunk's states are cached per token sequence, "
-                "and dropped words would make every sequence new",
+                f"must be 0 with model.trunk.mode={trunk.mode}: the frozen trunk's states are cached per token "
+                "sequence, and dropped words would make every sequence new",
             )
 
     def to_dict(self) -> dict[str, Any]:

@@ -3,6 +3,9 @@
 model.trunk.pretrained unset     -> MTLDecoder: the native trunk, trained from scratch
 model.trunk.mode: upcycle | lora -> PretrainedDecoder: a transformers model, PLE in each of its blocks
 model.trunk.mode: frozen         -> FrozenDecoder: native PLE layers over a frozen model's cached states
+    with model.trunk.read_layers -> LayerMixDecoder: the same over a learned mix of several blocks' states
+model.trunk.mode: hybrid         -> HybridDecoder: the top blocks trained (upcycle or lora) over the cached lower
+                                    blocks, native PLE layers (if any) above
 """
 
 from __future__ import annotations
@@ -52,6 +55,16 @@ def build_model(
             f"{identity.sha256[:12]}..., expected {str(expected_identity.get('sha256'))[:12]}... from "
             f"{expected_identity.get('source')})"
         )
+    if trunk.mode == "frozen" and trunk.mixes_layers:
+        from mtl_decoder.model.pretrained.layermix import LayerMixDecoder, layered_cache
+
+        blocks = list(trunk.read_layers)
+        cache = layered_cache(base, identity, blocks, trunk.dtype, trunk.cache_dir)
+        return LayerMixDecoder(config.model, specs, base, identity, cache, blocks)
+    if trunk.mode == "hybrid":
+        from mtl_decoder.model.pretrained.hybrid import HybridDecoder
+
+        return HybridDecoder(config.model, specs, base, identity)
     if trunk.mode == "frozen":
         from mtl_decoder.model.pretrained.frozen import FrozenDecoder, cache_for
 

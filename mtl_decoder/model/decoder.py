@@ -137,31 +137,42 @@ class MTLDecoder(MultiTaskModel):
         """(B, T) ids -> (B, T, C) input vectors; subclasses may read them from elsewhere (a frozen trunk)."""
         return self.embed(input_ids)
 
+    def embed_routes(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layout: RouteLayout
+    ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]] | None:
+        """The (N, T, C) input of every row of ``layout`` and the gates of whatever computed them, for a trunk whose
+        routes start apart (a per-route mix of pretrained layers, pretrained expert blocks below); None (here): one
+        input per example (``embed_tokens``), shared by the routes up to the fork."""
+        return None
+
     def encode(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layout: RouteLayout, features: dict[str, Any]
     ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         B, T = input_ids.shape
-        x = self.embed_tokens(input_ids, attention_mask)  # (B, T, C)
+        routed = self.embed_routes(input_ids, attention_mask, layout)
+        x = self.embed_tokens(input_ids, attention_mask) if routed is None else routed[0]  # (B or N, T, C)
         if self.word_features is not None:
-            x = x + self.word_features(
+            words = self.word_features(
                 features.get("token_word"),
                 features.get("char_ids"),
                 features.get("shape_ids"),
                 features.get("hash_ids"),
             )
+            x = x + (words if routed is None else words[layout.row_example])
         rope = self.rope(T) if self.rope is not None else None
         positions = torch.arange(T, device=input_ids.device)
         # Every route of an example reads the same shared bottom: the layers below the first expert layer, and that
         # layer's attention, run once per example; its expert block forks the stream into one row per (example,
-        # route), on which the layers above it run.
-        bottom = layout.bottom or layout  # hard sharing: the one stream is the bottom, nothing forks
+        # route), on which the layers above it run. Routes that start apart (``embed_routes``) never fork.
+        bottom = (layout.bottom or layout) if routed is None else layout  # hard sharing: one stream, no fork
+        fork_layer = self.fork_layer if routed is None else -1
         h = self.drop(x)  # (B, T, C)
-        if len(bottom.row_example) != B:  # examples that no route reads are not run
+        if routed is None and len(bottom.row_example) != B:  # examples that no route reads are not run
             h = h[bottom.row_example]
         masks = [self._attention_mask(attention_mask, rows) for rows in (bottom.row_example, layout.row_example)]
-        gates = []
+        gates = [] if routed is None else list(routed[1])
         for i, layer in enumerate(self.layers):
-            forked, fork = i > self.fork_layer, i == self.fork_layer
+            forked, fork = i > fork_layer, i == fork_layer
             h, layer_gates = layer(
                 self._place(h, i, positions), masks[forked], rope, layout if forked or fork else bottom, fork
             )

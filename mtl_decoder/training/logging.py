@@ -34,6 +34,11 @@ def start_banner(
         shape = (
             f"frozen {trunk.pretrained} ({trunk.layers or 'all'} blocks) + {m.n_layers} layers x d_model {m.d_model}"
         )
+    elif trunk.mode == "hybrid":
+        shape = (
+            f"hybrid {trunk.pretrained} ({trunk.layers or 'all'} blocks, the top {trunk.train_top} trained: "
+            f"{trunk.top_mode}) + {m.n_layers} layers x d_model {m.d_model}"
+        )
     else:
         shape = f"{trunk.mode} {trunk.pretrained} ({trunk.layers or 'all'} blocks)"
     lines = [

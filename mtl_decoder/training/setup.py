@@ -175,4 +175,7 @@ def precompute_trunk_states(
         f"{seconds / 60:.1f} min, {len(sequences) - computed:,} from the cache ({before:,} entries) at "
         f"{cache.directory}"
     )
+    from mtl_decoder.model.pretrained.layermix import cache_footprint  # the trunk's own imports stay lazy
+
+    report += f"; {cache_footprint(states, sum(len(ids) for ids in sequences))}"
     return report, seconds

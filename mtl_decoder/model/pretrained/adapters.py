@@ -144,10 +144,14 @@ def _no_gates(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
         state.gates.append({})
 
 
-def install_expert_blocks(base: nn.Module, cfg: ModelConfig, tasks: list[str]) -> list[ExpertBlock | None]:
+def install_expert_blocks(
+    base: nn.Module, cfg: ModelConfig, tasks: list[str], mode: str | None = None
+) -> list[ExpertBlock | None]:
     """Replace the MLP of every block of ``base`` that the variant gives experts (all, or for single-level cgc/mmoe
-    the top one) by its expert block, in place; returns each block's expert block (None: none)."""
+    the top one) by its expert block, in place; returns each block's expert block (None: none). ``mode``: 'upcycle'
+    or 'lora' (default: model.trunk.mode; mode hybrid passes its top_mode)."""
     trunk, variant = cfg.trunk, cfg.variant
+    mode = mode or trunk.mode
     layers = decoder_layers(base)
     blocks: list[ExpertBlock | None] = []
     for i, layer in enumerate(layers):
@@ -155,14 +159,14 @@ def install_expert_blocks(base: nn.Module, cfg: ModelConfig, tasks: list[str]) -
         if not variant.has_experts(i, len(layers)):
             # hard sharing, or the shared bottom below the expert layers: the pretrained MLP itself (upcycle) or
             # with one LoRA update, on every row (rows of the same example stay equal up to the fork)
-            if trunk.mode == "lora":
+            if mode == "lora":
                 layer.mlp = SingleExpertMLP(mlp, trunk)
             elif variant.gated:
                 mlp.register_forward_hook(_no_gates)
             blocks.append(None)
             continue
         make_group: Callable[[int], nn.Module]
-        if trunk.mode == "upcycle":
+        if mode == "upcycle":
             make_group = lambda n, mlp=mlp: CopiedExperts(mlp, n)  # noqa: E731
         else:
             make_group = lambda n, mlp=mlp: LoraExperts(mlp, n, trunk)  # noqa: E731
@@ -178,7 +182,7 @@ def install_expert_blocks(base: nn.Module, cfg: ModelConfig, tasks: list[str]) -
             shared_gate=i < len(layers) - 1,
             make_group=make_group,
         )
-        if trunk.mode == "upcycle":
+        if mode == "upcycle":
             break_symmetry(block)
         layer.mlp = RoutedMLP(block)
         blocks.append(block)

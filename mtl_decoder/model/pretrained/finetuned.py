@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mtl_decoder.config import ModelConfig
+from mtl_decoder.config import ModelConfig, TrunkConfig
 from mtl_decoder.model.experts import ExpertBlock, Gate, RouteLayout
 from mtl_decoder.model.heads import MultiTaskModel, TaskHeadSpec
 from mtl_decoder.model.pretrained.adapters import (
@@ -39,29 +39,9 @@ class PretrainedDecoder(MultiTaskModel):
             nn.init.zeros_(head.bias)
         self.saves_trainable_only = cfg.trunk.mode == "lora"
         if cfg.trunk.mode == "lora":
-            self._freeze_all_but_updates(cfg)
+            freeze_all_but_updates(base, cfg.trunk)
         if cfg.trunk.gradient_checkpointing:
-            kwargs = {"use_reentrant": False, "context_fn": checkpoint_contexts}
-            # transformers 5 renamed it (the old name warns); both take the checkpoint's kwargs first
-            enable = getattr(base, "activation_checkpointing_enable", None) or base.gradient_checkpointing_enable
-            enable(kwargs)
-
-    def _freeze_all_but_updates(self, cfg: ModelConfig) -> None:
-        """Mode lora: the pretrained weights frozen; LoRA matrices, gates, heads (and CRFs) train."""
-        from peft.tuners.lora.layer import LoraLayer
-
-        if cfg.trunk.lora_attention:
-            for layer in decoder_layers(self.trunk):
-                attention = getattr(layer, "self_attn", None) or getattr(layer, "attn", None)
-                if attention is not None:
-                    add_lora_to_linears(attention, cfg.trunk, "attention")
-        self.trunk.requires_grad_(False)
-        for module in self.trunk.modules():
-            if isinstance(module, LoraLayer):
-                for part in (module.lora_A, module.lora_B):
-                    part.requires_grad_(True)
-            elif isinstance(module, Gate):
-                module.requires_grad_(True)
+            enable_gradient_checkpointing(base)
 
     def expert_blocks(self) -> list[ExpertBlock | None]:
         return list(self._blocks)
@@ -85,3 +65,30 @@ class PretrainedDecoder(MultiTaskModel):
         if not self.saves_trainable_only:
             return self.state_dict()
         return {name: p for name, p in self.named_parameters() if p.requires_grad}
+
+
+def freeze_all_but_updates(trunk: nn.Module, trunk_cfg: TrunkConfig) -> None:
+    """Mode lora (and hybrid's top blocks with top_mode lora): the pretrained weights of ``trunk`` frozen, its LoRA
+    matrices (with ``lora_attention`` also on each block's attention projections) and gates train."""
+    from peft.tuners.lora.layer import LoraLayer
+
+    if trunk_cfg.lora_attention:
+        for layer in decoder_layers(trunk):
+            attention = getattr(layer, "self_attn", None) or getattr(layer, "attn", None)
+            if attention is not None:
+                add_lora_to_linears(attention, trunk_cfg, "attention")
+    trunk.requires_grad_(False)
+    for module in trunk.modules():
+        if isinstance(module, LoraLayer):
+            for part in (module.lora_A, module.lora_B):
+                part.requires_grad_(True)
+        elif isinstance(module, Gate):
+            module.requires_grad_(True)
+
+
+def enable_gradient_checkpointing(base: nn.Module) -> None:
+    """Recompute each block of ``base`` in the backward pass, with the forward pass's route layout (adapters)."""
+    kwargs = {"use_reentrant": False, "context_fn": checkpoint_contexts}
+    # transformers 5 renamed it (the old name warns); both take the checkpoint's kwargs first
+    enable = getattr(base, "activation_checkpointing_enable", None) or base.gradient_checkpointing_enable
+    enable(kwargs)

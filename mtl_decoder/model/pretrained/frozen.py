@@ -122,6 +122,11 @@ class FrozenStates(nn.Module):
         self.base._apply(fn)
         return super()._apply(fn, recurse)
 
+    @property
+    def width(self) -> int:
+        """H: the width of a token's cached states (layermix.LayerStates caches several blocks side by side)."""
+        return self.identity.hidden_size
+
     @torch.no_grad()
     def compute(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The trunk's last hidden states (causal, as pretrained), float32, padding rows left as computed."""
@@ -143,7 +148,7 @@ class FrozenStates(nn.Module):
             for j, i in enumerate(missing):
                 self.cache.put(keys[i], computed[j, : lengths[i]])
                 found[i] = self.cache.get(keys[i])
-        H = self.identity.hidden_size
+        H = self.width
         states = torch.zeros(B, T, H, device=input_ids.device)
         for i, f in enumerate(found):
             states[i, : lengths[i]] = f.to(device=input_ids.device, dtype=torch.float32)

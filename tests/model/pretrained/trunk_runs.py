@@ -19,6 +19,7 @@ MODE_OVERRIDES = {
     "frozen": [],
     "lora": ["model.trunk.lora_attention=true"],  # the attention update too: the export merges it
     "upcycle": ["model.attention=causal"],  # the other runs are bidirectional (the tiny config's default)
+    "hybrid": ["model.trunk.train_top=1"],  # the tiny checkpoint's block 1 cached, block 2 trained (upcycle)
 }
 STEPS = 4
 

@@ -1,0 +1,98 @@
+"""benchmarks/quality.py's rows for issue 23 ("frozen trunk at its best"): which SmolLM2 blocks to read, how many,
+and the top blocks trained on the cache (mode hybrid), on CoNLL-2003 + SST-2 and SemEval-2014; and the chosen
+default (configs/bench/smollm2_default*.yaml) with its single-task pairs.
+
+Every row is bound by its config's training.max_steps (6,500 CoNLL + SST-2 steps, 1,500 SemEval steps, as the
+frozen rows they compare with), so what a run learns does not depend on the machine. A row whose blocks or layers
+were not cached yet spends its first minutes computing the trunk's states: quality.py records that one-time cost
+apart (state_cache_minutes), and the table marks it.
+
+    python benchmarks/quality.py --models smollm2_default_ple,smollm2_default_semeval_ple
+"""
+
+from __future__ import annotations
+
+ROWS: dict[str, tuple[str, list[str], str]] = {}
+"""name -> (config file under configs/bench, overrides, what it is): quality.py's MODELS format."""
+
+_MULTI = {"": "smollm2_frozen.yaml", "semeval_": "smollm2_semeval_ple.yaml"}
+"""Row-name infix -> the frozen 16-block PLE config the row changes (CoNLL + SST-2, or SemEval)."""
+
+_VARIANTS: dict[str, tuple[list[str], str]] = {
+    # depth: one block read, the trunk cut after it
+    "b24": (["model.trunk.layers=24"], "frozen, block 24 alone"),
+    "b30": (["model.trunk.layers=30"], "frozen, block 30 (all) alone"),
+    # several blocks at once against the single block of the same depth
+    "mix_8_16_24": (
+        ["model.trunk.layers=24", "model.trunk.read_layers=[8,16,24]"],
+        "frozen, blocks 8/16/24 by a per-route scalar mix",
+    ),
+    "mix_16_24_30": (
+        ["model.trunk.layers=30", "model.trunk.read_layers=[16,24,30]"],
+        "frozen, blocks 16/24/30 by a per-route scalar mix",
+    ),
+    "concat_16_24_30": (
+        ["model.trunk.layers=30", "model.trunk.read_layers=[16,24,30]", "model.trunk.layer_mix=concat"],
+        "frozen, blocks 16/24/30 concatenated and projected",
+    ),
+    # fine-tune the top: blocks 1..16-k cached, blocks 16-k+1..16 trained (PLE in their MLPs), 2 PLE layers above
+    "hybrid2": (
+        ["model.trunk.mode=hybrid", "model.trunk.train_top=2"],
+        "hybrid: blocks 1-14 cached, 15-16 upcycled and trained",
+    ),
+    "hybrid4": (
+        ["model.trunk.mode=hybrid", "model.trunk.train_top=4"],
+        "hybrid: blocks 1-12 cached, 13-16 upcycled and trained",
+    ),
+    "hybrid2_lora": (
+        ["model.trunk.mode=hybrid", "model.trunk.train_top=2", "model.trunk.top_mode=lora"],
+        "hybrid: blocks 1-14 cached, 15-16 with LoRA experts",
+    ),
+}
+for _infix, _config in _MULTI.items():
+    _tasks = "SemEval aspects + polarity" if _infix else "CoNLL + SST-2"
+    for _name, (_overrides, _what) in _VARIANTS.items():
+        ROWS[f"smollm2_{_infix}{_name}_ple"] = (_config, _overrides, f"SmolLM2 {_what}, 2 PLE layers ({_tasks})")
+
+# the task preferences a per-route mix serves are a multi-task question: the same mix on one task at a time
+for _task in ("conll2003", "sst2"):
+    ROWS[f"smollm2_mix_16_24_30_single_{_task}"] = (
+        f"smollm2_single_{_task}.yaml",
+        ["model.trunk.layers=30", "model.trunk.read_layers=[16,24,30]"],
+        f"smollm2_mix_16_24_30_ple's recipe, {_task} only",
+    )
+
+ROWS.update(
+    {
+        "smollm2_default_ple": ("smollm2_default.yaml", [], "the chosen default, CoNLL + SST-2 (issue 23)"),
+        "smollm2_default_single_conll2003": ("smollm2_default_single_conll2003.yaml", [], "the default, CoNLL only"),
+        "smollm2_default_single_sst2": ("smollm2_default_single_sst2.yaml", [], "the default, SST-2 only"),
+        "smollm2_default_semeval_ple": ("smollm2_default_semeval.yaml", [], "the chosen default, SemEval"),
+        "smollm2_default_semeval_single_aspect": (
+            "smollm2_default_semeval_single_aspect.yaml",
+            [],
+            "the default, SemEval aspects only",
+        ),
+        "smollm2_default_semeval_single_polarity": (
+            "smollm2_default_semeval_single_polarity.yaml",
+            [],
+            "the default, SemEval polarity only",
+        ),
+    }
+)
+
+PAIRS: dict[str, tuple[str, str]] = {
+    "smollm2_mix_16_24_30_single_conll2003 + smollm2_mix_16_24_30_single_sst2": (
+        "smollm2_mix_16_24_30_single_conll2003",
+        "smollm2_mix_16_24_30_single_sst2",
+    ),
+    "smollm2_default_single_conll2003 + smollm2_default_single_sst2": (
+        "smollm2_default_single_conll2003",
+        "smollm2_default_single_sst2",
+    ),
+    "smollm2_default_semeval_single_aspect + smollm2_default_semeval_single_polarity": (
+        "smollm2_default_semeval_single_aspect",
+        "smollm2_default_semeval_single_polarity",
+    ),
+}
+"""quality.py's SINGLE_PAIRS format: a combined row of two single-task runs beside the multi-task one."""

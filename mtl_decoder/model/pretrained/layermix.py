@@ -1,0 +1,298 @@
+"""Several blocks of a frozen trunk read at once (``model.trunk.read_layers``), each block's states cached on its
+own, and combined by a learned mix: ELMo's scalar mix (one per route the first native layer reads, so each task
+can prefer its own layers) or a projected concatenation.
+
+What a block's cached states are: the residual stream right after block i (before the trunk's final norm, which
+only the last block ever sees). In a causal trunk they depend only on the weights of the embedding and blocks
+1..i, the model's config, the dtype and the token ids, so the cache key is exactly that (``prefix_digests``): one
+pass through 30 blocks fills blocks 8, 16, 24 and 30 at once, and a model cut at block 8 (or a hybrid model whose
+cached part ends at block 8) reuses block 8's entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mtl_decoder.config import SHARED, ModelConfig
+from mtl_decoder.errors import UserError
+from mtl_decoder.model.experts import RouteLayout
+from mtl_decoder.model.heads import TaskHeadSpec
+from mtl_decoder.model.layers import make_norm
+from mtl_decoder.model.pretrained.frozen import STORE_DTYPE, FrozenDecoder, FrozenStates, StateCache, default_cache_root
+from mtl_decoder.model.pretrained.hub import BaseIdentity, decoder_layers
+
+_DEPTH_KEYS = ("num_hidden_layers", "n_layer", "layer_types")
+"""Config entries that say how deep a cut model is, not what its blocks compute: left out of the cache key."""
+
+# ---------------------------------------------------------------------------------- the cache of several blocks
+
+
+def blocks_attribute(base: nn.Module) -> str:
+    """The name of the base model's list of blocks (``layers`` for Llama-style models, ``h`` for GPT-2)."""
+    layers = decoder_layers(base)
+    return next(name for name, child in base.named_children() if child is layers)
+
+
+def prefix_digests(base: nn.Module, blocks: Iterable[int]) -> dict[int, str]:
+    """Block i -> a hash of what its states depend on: the config (depth left out), and in state-dict order the
+    weights in front of the blocks (embeddings) and those of blocks 1..i. One pass over the weights."""
+    wanted = sorted(set(blocks))
+    config = {k: v for k, v in base.config.to_dict().items() if k not in _DEPTH_KEYS and not k.startswith("_")}
+    for key in ("transformers_version", "architectures", "torch_dtype", "dtype"):
+        config.pop(key, None)
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    pattern = re.compile(rf"^{re.escape(blocks_attribute(base))}\.(\d+)\.")
+    by_block: dict[int, list[tuple[str, torch.Tensor]]] = {}
+    for name, tensor in base.state_dict().items():
+        match = pattern.match(name)
+        if match is not None:
+            by_block.setdefault(int(match.group(1)), []).append((name, tensor))
+        elif not by_block:  # in front of the first block; what follows the blocks (the final norm) is left out
+            _update(digest, name, tensor)
+    out = {}
+    for i in range(wanted[-1]):
+        for name, tensor in by_block.get(i, []):
+            _update(digest, name, tensor)
+        if i + 1 in wanted:
+            out[i + 1] = digest.copy().hexdigest()
+    return out
+
+
+def _update(digest, name: str, tensor: torch.Tensor) -> None:
+    digest.update(name.encode())
+    digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+
+
+class LayeredCache:
+    """The (T, L*H) states of L blocks side by side by token sequence, kept as one ``StateCache`` per block (its
+    own folder), so that models reading other sets of blocks share the blocks they have in common. Answers what
+    ``FrozenStates`` asks of a ``StateCache``."""
+
+    key = staticmethod(StateCache.key)
+
+    def __init__(self, caches: dict[int, StateCache], width: int):
+        self.caches, self.width = caches, width
+        self.hits = self.misses = 0
+
+    @property
+    def directory(self) -> Path | None:
+        """The folder that holds the blocks' folders (None: in memory only)."""
+        first = next(iter(self.caches.values())).directory
+        return first.parent if first is not None else None
+
+    def rescan(self) -> None:
+        for cache in self.caches.values():
+            cache.rescan()
+
+    def __contains__(self, key: str) -> bool:
+        return all(key in cache for cache in self.caches.values())
+
+    def __len__(self) -> int:
+        return min(len(cache) for cache in self.caches.values())
+
+    def get(self, key: str) -> torch.Tensor | None:
+        parts = [cache.get(key) for cache in self.caches.values()]
+        return None if any(p is None for p in parts) else torch.cat(parts, dim=-1)  # (T, L*H)
+
+    def put(self, key: str, states: torch.Tensor) -> None:
+        """Store each block's (T, H) slice of (T, L*H) ``states`` where that block does not hold it yet."""
+        for cache, part in zip(self.caches.values(), states.split(self.width, dim=-1), strict=True):
+            if key not in cache:
+                cache.put(key, part)
+
+    def flush(self) -> None:
+        for cache in self.caches.values():
+            cache.flush()
+
+    def disk_bytes(self) -> int:
+        return sum(
+            shard.stat().st_size
+            for cache in self.caches.values()
+            if cache.directory is not None and cache.directory.is_dir()
+            for shard in cache.directory.glob("shard-*.safetensors")
+        )
+
+
+def layered_cache(base: nn.Module, identity: BaseIdentity, blocks: list[int], dtype: str, cache_dir: str | None):
+    """The cache of ``blocks``' states: a folder per block under ``cache_dir`` (default ~/.cache/mtl-decoder/states),
+    named by the block and the hash of what its states depend on (``prefix_digests``)."""
+    root = Path(cache_dir).expanduser() if cache_dir else default_cache_root()
+    digests = prefix_digests(base, blocks)
+    caches = {
+        i: StateCache(root / f"{identity.architecture}-{digests[i][:16]}-block{i}-{dtype}-residual") for i in blocks
+    }
+    return LayeredCache(caches, identity.hidden_size)
+
+
+_CAPTURE: contextvars.ContextVar[dict[int, torch.Tensor] | None] = contextvars.ContextVar("capture", default=None)
+
+
+@contextlib.contextmanager
+def capturing() -> Iterator[dict[int, torch.Tensor]]:
+    """Collect the outputs of the hooked blocks during one forward pass (per thread: prediction workers)."""
+    found: dict[int, torch.Tensor] = {}
+    token = _CAPTURE.set(found)
+    try:
+        yield found
+    finally:
+        _CAPTURE.reset(token)
+
+
+class LayerStates(FrozenStates):
+    """(B, T) ids -> (B, T, L*H): the residual stream after each of ``blocks`` side by side, cached or computed."""
+
+    def __init__(self, base: nn.Module, identity: BaseIdentity, cache: LayeredCache, blocks: list[int]):
+        super().__init__(base, identity, cache)
+        self.blocks = list(blocks)
+        layers = decoder_layers(base)
+        if blocks[-1] > len(layers):
+            raise UserError(
+                f"model.trunk.read_layers: block {blocks[-1]} asked, '{identity.source}' keeps {len(layers)} blocks"
+            )
+        for i in self.blocks:
+            layers[i - 1].register_forward_hook(lambda module, args, out, i=i: _capture(i, out))
+
+    @property
+    def width(self) -> int:
+        return len(self.blocks) * self.identity.hidden_size
+
+    @torch.no_grad()
+    def compute(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        self.base.eval()
+        with capturing() as found:
+            self.base(input_ids=input_ids, attention_mask=attention_mask.long(), use_cache=False)
+        return torch.cat([found[i].float() for i in self.blocks], dim=-1)  # (B, T, L*H)
+
+
+def _capture(block: int, output) -> None:
+    found = _CAPTURE.get()
+    if found is not None:
+        found[block] = output[0] if isinstance(output, tuple) else output
+
+
+def cache_footprint(states: FrozenStates, tokens: int) -> str:
+    """What the state cache of a run costs: bytes per token and block, memory for ``tokens`` tokens, disk."""
+    read = getattr(states, "blocks", [states.identity.layers])
+    per = states.identity.hidden_size * STORE_DTYPE.itemsize
+    cache = states.cache
+    disk = cache.disk_bytes() if hasattr(cache, "disk_bytes") else _folder_bytes(cache.directory)
+    return (
+        f"block(s) {', '.join(map(str, read))} cached, {per:,} bytes per token per block "
+        f"({str(STORE_DTYPE).removeprefix('torch.')}): {tokens * len(read) * per / 2**20:,.1f} MiB in memory for "
+        f"{tokens:,} tokens, {disk / 2**20:,.1f} MiB on disk"
+    )
+
+
+def _folder_bytes(directory: Path | None) -> int:
+    if directory is None or not directory.is_dir():
+        return 0
+    return sum(shard.stat().st_size for shard in directory.glob("shard-*.safetensors"))
+
+
+# ---------------------------------------------------------------------------------- the mix, and the model
+
+
+def final_norm_of(base: nn.Module) -> nn.Module:
+    """The trunk's final norm module (Llama-style ``norm``, GPT-2 ``ln_f``)."""
+    for name in ("norm", "ln_f", "final_layernorm", "final_norm"):
+        module = getattr(base, name, None)
+        if isinstance(module, nn.Module):
+            return module
+    raise UserError(f"{type(base).__name__}: cannot find its final norm (supported: Llama-style, GPT-2)")
+
+
+class LayerMix(nn.Module):
+    """(B, T, L*H) states of L blocks -> each block normed by its own trainable copy of the trunk's final norm
+    (residual streams grow with depth, and the copy starts where the trunk's own reading of its last block is),
+    then per route: ``scale_r * sum_l softmax(w_r)_l * norm_l(h_l)`` (scalar mix, ELMo), or the normed blocks
+    side by side (concat, one for all routes)."""
+
+    def __init__(self, norm: nn.Module, blocks: int, hidden: int, routes: list[str], kind: str):
+        super().__init__()
+        self.hidden, self.kind = hidden, kind
+        self.norms = nn.ModuleList(_trainable_copy(norm) for _ in range(blocks))
+        self.routes = {name: i for i, name in enumerate(routes)} if kind == "scalar_mix" else {}
+        if kind == "scalar_mix":
+            self.weights = nn.Parameter(torch.zeros(len(routes), blocks))  # softmax: the blocks weigh the same
+            self.scale = nn.Parameter(torch.ones(len(routes)))
+
+    def normed(self, states: torch.Tensor) -> list[torch.Tensor]:
+        """(B, T, L*H) -> L x (B, T, H), each block through its own norm."""
+        return [norm(h) for norm, h in zip(self.norms, states.split(self.hidden, dim=-1), strict=True)]
+
+    def concat(self, states: torch.Tensor) -> torch.Tensor:
+        return torch.cat(self.normed(states), dim=-1)  # (B, T, L*H)
+
+    def mixed(self, layers: list[torch.Tensor], route: str, examples: torch.Tensor | None = None) -> torch.Tensor:
+        """Route ``route``'s mix of the normed blocks of ``examples`` (None: all): (n, T, H)."""
+        r = self.routes[route]
+        weights = torch.softmax(self.weights[r].float(), dim=0)
+        picked = layers if examples is None else [h[examples] for h in layers]
+        return self.scale[r] * sum(w * h for w, h in zip(weights, picked, strict=True))
+
+    def mix(self, states: torch.Tensor, layout: RouteLayout) -> torch.Tensor:
+        """(B, T, L*H) -> (N, T, H): each row of ``layout`` gets its route's mix of its example's blocks."""
+        layers = self.normed(states)
+        return torch.cat([self.mixed(layers, name, layout.row_example[layout.rows(name)]) for name in layout.names])
+
+
+def _trainable_copy(module: nn.Module) -> nn.Module:
+    import copy
+
+    clone = copy.deepcopy(module)
+    clone.requires_grad_(True)
+    return clone
+
+
+class LayerMixDecoder(FrozenDecoder):
+    """``FrozenDecoder`` reading several blocks: the mixed (or concatenated) states go through the same norm and
+    projection to the native layers' width. With a scalar mix and a variant whose first layer already holds
+    the routes (ple, cgc_stacked), each route reads its own mix; otherwise one mix feeds the shared bottom."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        tasks: list[TaskHeadSpec],
+        base: nn.Module,
+        identity: BaseIdentity,
+        cache: LayeredCache,
+        blocks: list[int],
+    ):
+        super().__init__(cfg, tasks, base, identity, cache)  # type: ignore[arg-type]  # what FrozenStates asks of it
+        self.states = LayerStates(base, identity, cache, blocks)
+        H, kind = identity.hidden_size, cfg.trunk.layer_mix
+        self.per_route = kind == "scalar_mix" and cfg.variant.gated and self.fork_layer == 0
+        routes = [*self.task_names, SHARED] if self.per_route else [SHARED]
+        self.mix = LayerMix(final_norm_of(base), len(blocks), H, routes, kind)
+        if kind == "concat":
+            self.embed = nn.Sequential(make_norm(cfg.norm, len(blocks) * H), nn.Linear(len(blocks) * H, cfg.d_model))
+            nn.init.normal_(self.embed[1].weight, std=0.02)
+            nn.init.zeros_(self.embed[1].bias)
+
+    def embed_tokens(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        states = self.states(input_ids, attention_mask)  # (B, T, L*H)
+        if self.mix.kind == "concat":
+            return self.embed(self.mix.concat(states))
+        return self.embed(self.mix.mixed(self.mix.normed(states), SHARED))  # (B, T, C)
+
+    def embed_routes(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layout: RouteLayout
+    ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]] | None:
+        if not self.per_route:
+            return None
+        return self.embed(self.mix.mix(self.states(input_ids, attention_mask), layout)), []  # (N, T, C)
+
+    def layer_weights(self) -> dict[str, list[float]]:
+        """Route -> the softmax weight each read block gets (scalar mix; what each task prefers)."""
+        return {
+            name: torch.softmax(self.mix.weights[r].detach().float(), 0).tolist() for name, r in self.mix.routes.items()
+        }

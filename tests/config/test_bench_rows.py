@@ -1,0 +1,40 @@
+"""benchmarks/smollm2_rows.py's rows (benchmarks/quality.py trains them): each config with its overrides loads and
+validates, so a row cannot fail only after the hours of the rows before it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from mtl_decoder.config import load_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _rows() -> dict:
+    spec = importlib.util.spec_from_file_location("smollm2_rows", REPO / "benchmarks" / "smollm2_rows.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ROWS = _rows()
+
+
+@pytest.mark.parametrize("name", sorted(ROWS.ROWS))
+def test_each_row_validates(name):
+    config, overrides, _ = ROWS.ROWS[name]
+    cfg = load_config(REPO / "configs" / "bench" / config, overrides)
+    trunk = cfg.model.trunk
+    assert trunk.enabled and trunk.caches_states
+    if "default" in name:
+        assert trunk.read_layers == [8, 16, 24] and trunk.mixes_layers  # the chosen default recipe
+    if "hybrid" in name:
+        assert trunk.mode == "hybrid" and trunk.layers == 16 and trunk.train_top in (2, 4)
+
+
+def test_every_pair_names_two_rows():
+    for first, second in ROWS.PAIRS.values():
+        assert first in ROWS.ROWS and second in ROWS.ROWS
