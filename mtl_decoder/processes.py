@@ -140,6 +140,16 @@ class Processes:
         self._collective(lambda dist: dist.broadcast_object_list(box, src=0))
         return box[0]
 
+    def distribute(self, block: int) -> Callable[[list[T], Callable[[list[T]], list[Any]]], list[Any]]:
+        """The scoring loop's ``distribute`` hook (mtl_decoder.evaluation.scoring): each process runs its blocks of
+        the examples, and every process gets all the results back in the examples' order."""
+        share = Share(block, rank=self.rank, world=self.world)
+
+        def distribute(items: list[T], run: Callable[[list[T]], list[Any]]) -> list[Any]:
+            return share.restore(self.all_gather(run(share.take(items))), len(items))
+
+        return distribute
+
     def barrier(self) -> None:
         if self.world > 1:
             self._collective(lambda dist: dist.barrier())

@@ -289,7 +289,7 @@ def _run(
         try:
             row = next(lines, None)
         except Exception as err:  # this process failed: the others learn of it in this round, and all stop
-            failed = _Block(failure=(processes.rank, isinstance(err, UserError), str(err)))
+            failed = _Block(failure=_failure(processes, err))
             _round(processes, failed, writer, summary, bar, own_error=err)
             raise  # _round has raised already; kept for type checkers
         if row is None:
@@ -346,13 +346,20 @@ def _agree(processes: Processes, prepare: Callable[[], T]) -> T:
     try:
         result, failure, error = prepare(), None, None
     except Exception as err:
-        result, failure, error = None, (processes.rank, isinstance(err, UserError), str(err)), err
+        result, failure, error = None, _failure(processes, err), err
     gathered = processes.gather(failure)
     first = next((f for f in gathered if f is not None), None) if gathered is not None else None
     verdict = processes.broadcast(first)
     if verdict is not None:
         _stop(processes, verdict, error)
     return result
+
+
+def _failure(processes: Processes, err: Exception) -> tuple[int, bool, str]:
+    """(rank, is a UserError, message) of this process's failure: a user error's message as one process gives it,
+    anything else with its type."""
+    user = isinstance(err, UserError)
+    return processes.rank, user, str(err) if user else f"{type(err).__name__}: {err}"
 
 
 def _stop(processes: Processes, verdict: tuple[int, bool, str], own_error: BaseException | None) -> None:
