@@ -64,6 +64,10 @@ def run_predict(args: argparse.Namespace) -> None:
 
     if args.stream:
         from mtl_decoder.inference.streaming import stream_file
+        from mtl_decoder.processes import launched
+
+        if args.shard is not None or launched():
+            raise UserError("--stream reads one text in one process: leave out --shard and the launcher")
 
         stats = stream_file(
             args.model,

@@ -149,7 +149,7 @@ def precompute_trunk_states(
     (shared by runs) before training, so that their one-time cost is reported apart from training time. Returns
     the line to log and the seconds spent ("" and 0 for a model without a frozen trunk).
 
-    Several processes split the work: each computes every n-th of the sequences missing from the cache (sorted by
+    Several processes split the work: each computes the missing ones among every n-th of the sequences (sorted by
     length, so the shares cost about the same) on its own device into the shared cache folder, then waits for the
     others and reads their shards, so n devices take about 1/n of the time."""
     states = getattr(model, "states", None)
@@ -163,7 +163,7 @@ def precompute_trunk_states(
     accelerator.wait_for_everyone()  # every process looks at the cache as it is now
     cache.rescan()
     before = len(cache)
-    mine = _share_of_missing(sequences, cache, accelerator.process_index, accelerator.num_processes)
+    mine = _share(sequences, accelerator.process_index, accelerator.num_processes)
     states.to(accelerator.device)  # the trunk only; the model follows in prepare
     bar = log.progress(len(mine), 0, "trunk states") if log else None
     done = [0]
@@ -191,13 +191,8 @@ def precompute_trunk_states(
     return report, seconds
 
 
-def _share_of_missing(sequences: list[list[int]], cache, rank: int, world: int) -> list[list[int]]:
-    """This process's share of the distinct sequences not yet in ``cache``: every world-th of them, longest
-    first (the same order on every process, so the shares do not overlap and cost about the same)."""
-    missing = {}
-    for ids in sequences:
-        key = cache.key(ids)
-        if key not in cache and key not in missing:
-            missing[key] = ids
-    order = sorted(missing.items(), key=lambda item: (-len(item[1]), item[0]))
-    return [ids for _, ids in order[rank::world]]
+def _share(sequences: list[list[int]], rank: int, world: int) -> list[list[int]]:
+    """This process's share of the distinct sequences: every world-th of them, longest first (the same order on
+    every process, so the shares do not overlap and cost about the same). ``precompute`` skips the cached ones."""
+    distinct = sorted({tuple(ids) for ids in sequences}, key=lambda ids: (-len(ids), ids))
+    return [list(ids) for ids in distinct[rank::world]]
