@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import AtomicFile, terminate_unwinds
+from mtl_decoder.files import AtomicFile, check_writable_parent, terminate_unwinds
 from mtl_decoder.prediction.outputs import errors_path
 from mtl_decoder.prediction.predict import PredictSummary
 
@@ -54,6 +54,17 @@ class PartWriter:
 
     def discard(self) -> None:
         self.file.discard()
+
+
+def check_part_target(input_path: str | Path, output: Path, force: bool) -> None:
+    """A part's path: writable, not the input, not a folder, not (without ``force``) an existing file."""
+    check_writable_parent(output, "--output")
+    if output.resolve() == Path(input_path).resolve():
+        raise UserError(f"{output}: the output would overwrite the input; choose another --output")
+    if output.is_dir():
+        raise UserError(f"{output}: is a folder; choose another --output")
+    if output.exists() and not force:
+        raise UserError(f"{output}: already exists (use --force to overwrite)")
 
 
 def read_footer(path: Path) -> dict[str, Any]:
@@ -185,8 +196,6 @@ def _write_merged(parts: list[Path], records: int, out: AtomicFile, bad: AtomicF
 
 
 def _check_output(output: Path, errors: Path | None, parts: list[Path], force: bool) -> None:
-    from mtl_decoder.files import check_writable_parent
-
     check_writable_parent(output, "OUT")
     for target in (output, errors):
         if target is None:

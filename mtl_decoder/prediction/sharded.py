@@ -33,13 +33,13 @@ from typing import Any, TypeVar
 
 from tqdm import tqdm
 
-from mtl_decoder.errors import UserError
-from mtl_decoder.files import AtomicFile, check_writable_parent, remove, stale_temporaries, terminate_unwinds
+from mtl_decoder.errors import DataError, UserError
+from mtl_decoder.files import AtomicFile, remove, stale_temporaries, terminate_unwinds
 from mtl_decoder.inference import Predictor
 from mtl_decoder.prediction import predict as single
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord
 from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, prediction_dict
-from mtl_decoder.prediction.parts import COUNTS, PartWriter
+from mtl_decoder.prediction.parts import COUNTS, PartWriter, check_part_target
 from mtl_decoder.prediction.predict import PredictSummary
 from mtl_decoder.processes import Processes, ProcessFailed, Share
 
@@ -63,8 +63,8 @@ class _Block:
     tokens: int = 0
     truncated: int = 0
     windowed: int = 0
-    failure: tuple[int, bool, str] | None = None
-    """(rank, is a UserError, message) when this process failed."""
+    failure: tuple[int, str, str] | None = None
+    """(rank, kind, message) when this process failed (see ``_failure``)."""
 
 
 class _Writer:
@@ -192,7 +192,7 @@ def _prepare(
     skip = on_error == "skip"
     if processes.is_main:
         if shard is not None:
-            _check_part_target(input, output, force)
+            check_part_target(input, output, force)
         else:
             check_targets(input, output, errors, skip, force)
     device = processes.device if processes.device is not None else device  # a launcher's process: its own
@@ -207,17 +207,6 @@ def _prepare(
             remove(stale)
             summary.removed.append(str(stale))
     return reader, predictor, names, share, summary
-
-
-def _check_part_target(input_path: str | Path, output: Path, force: bool) -> None:
-    """A part's path: writable, not the input, not a folder, not (without ``force``) an existing file."""
-    check_writable_parent(output, "--output")
-    if output.resolve() == Path(input_path).resolve():
-        raise UserError(f"{output}: the output would overwrite the input; choose another --output")
-    if output.is_dir():
-        raise UserError(f"{output}: is a folder; choose another --output")
-    if output.exists() and not force:
-        raise UserError(f"{output}: already exists (use --force to overwrite)")
 
 
 # ------------------------------------------------------------------------------------------------ the stream
@@ -355,22 +344,31 @@ def _agree(processes: Processes, prepare: Callable[[], T]) -> T:
     return result
 
 
-def _failure(processes: Processes, err: Exception) -> tuple[int, bool, str]:
-    """(rank, is a UserError, message) of this process's failure: a user error's message as one process gives it,
-    anything else with its type."""
-    user = isinstance(err, UserError)
-    return processes.rank, user, str(err) if user else f"{type(err).__name__}: {err}"
+def _failure(processes: Processes, err: Exception) -> tuple[int, str, str]:
+    """(rank, kind, message) of this process's failure. Kinds: 'data', a bad record (every process meets the same
+    first one, so its message is the one a single process gives); 'user', another user error (a file one machine
+    cannot see); 'crash', anything else, with its type."""
+    if isinstance(err, DataError):
+        return processes.rank, "data", str(err)
+    if isinstance(err, UserError):
+        return processes.rank, "user", str(err)
+    return processes.rank, "crash", f"{type(err).__name__}: {err}"
 
 
-def _stop(processes: Processes, verdict: tuple[int, bool, str], own_error: BaseException | None) -> None:
-    """Raise on every process once one has failed: the failed process its own error (a traceback for a bug),
-    the main process the error a single process would give (bad input) or the failed rank's error."""
-    rank, user_error, message = verdict
+def _stop(processes: Processes, verdict: tuple[int, str, str], own_error: BaseException | None) -> None:
+    """Raise on every process once one has failed: the failed process its own error (a traceback for a bug); the
+    main process a bad record's error as one process gives it, or the failed rank's error naming the rank; the
+    others a line saying they stopped with it."""
+    rank, kind, message = verdict
     if own_error is not None and rank == processes.rank:
         raise own_error
+    if kind == "data" and isinstance(own_error, DataError):
+        raise own_error  # this process met the bad record too
     if processes.is_main:
-        if user_error:
+        if kind == "data":
             raise UserError(message)
+        if kind == "user":
+            raise UserError(f"rank {rank} of {processes.world}: {message}")
         raise ProcessFailed(f"rank {rank} of {processes.world} failed: {message}; nothing was written")
     raise ProcessFailed(f"rank {processes.rank}: stopped with rank {rank} (rank 0 reports why)")
 
