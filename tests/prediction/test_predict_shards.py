@@ -141,3 +141,12 @@ def test_cli_shard_and_merge(model_dir, inputs, tmp_path, capsys):
                 f"--shard={bad}"]  # fmt: skip
         assert main(argv) == 2
         assert "--shard must be K/N with 0 <= K < N" in capsys.readouterr().err
+    stream = ["predict", "--stream", "--model", str(model_dir), "--input", source, "--output", "-", "--shard", "0/2"]
+    assert main(stream) == 2
+    assert "--stream reads one text in one process" in capsys.readouterr().err
+
+
+def test_the_merge_is_reachable_from_the_package():
+    import mtl_decoder
+
+    assert mtl_decoder.merge_predictions is merge_predictions
