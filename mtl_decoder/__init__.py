@@ -1,6 +1,6 @@
 """mtl-decoder: multi-task text models on a Pre-LN decoder trunk with a PLE expert/gate block in every layer.
 
-from mtl_decoder import load_config, train, evaluate, predict_file, predict_texts, load_model
+from mtl_decoder import load_config, train, evaluate, predict_file, predict_texts, merge_predictions, load_model
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ _API = {  # name -> module: imported on first use, so `import mtl_decoder` stays
     "evaluate": "mtl_decoder.evaluation.evaluate",
     "predict_file": "mtl_decoder.prediction.predict",
     "predict_texts": "mtl_decoder.prediction.predict",
+    "merge_predictions": "mtl_decoder.prediction.parts",
     "load_model": "mtl_decoder.saved",
     "save_model": "mtl_decoder.saved",
     "SavedModel": "mtl_decoder.saved",

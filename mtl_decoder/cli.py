@@ -3,7 +3,9 @@
     mtl-decoder train    --config C [--output-dir DIR] [--resume | --overwrite] [key=value ...]
     mtl-decoder evaluate --model RUN/best [--split test] [--tasks a,b] [--data TASK=PATH ...] [--output DIR]
     mtl-decoder predict  --model RUN/best --input FILE --output OUT.jsonl [--tasks a,b] [--on-error skip] [--force]
-                         [--gate-table TABLE] | --stream --input FILE_OR_- --output FILE_OR_- [--lookahead N]
+                         [--gate-table TABLE] [--shard K/N]
+                         | --stream --input FILE_OR_- --output FILE_OR_- [--lookahead N]
+    mtl-decoder merge-predictions OUT PART... [--force]      (the parts of predict --shard K/N, in input order)
     mtl-decoder build-gate-table --model RUN/best --input FILE --output TABLE [--buckets N] [--threshold T]
     mtl-decoder debug-data --config C [--json] [key=value ...]         (exit 1 when the data has errors)
     mtl-decoder diagnose (--model RUN/best | --checkpoints RUN) [--data TASK=PATH ...] [--output DIR]
@@ -22,6 +24,7 @@ from collections.abc import Callable
 
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import Terminated
+from mtl_decoder.processes import is_main_process
 
 
 def run_train(args: argparse.Namespace) -> None:
@@ -46,6 +49,8 @@ def run_evaluate(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         precision=args.precision,
     )
+    if not is_main_process():  # under a launcher the main process reports for all
+        return
     for note in result.metrics["notes"]:
         print(f"note: {note}")
     print(f"wrote {result.output_dir / METRICS_FILE}, {REPORT_FILE} and {PLOTS_DIR}/")
@@ -59,6 +64,10 @@ def run_predict(args: argparse.Namespace) -> None:
 
     if args.stream:
         from mtl_decoder.inference.streaming import stream_file
+        from mtl_decoder.processes import launched
+
+        if args.shard is not None or launched():
+            raise UserError("--stream reads one text in one process: leave out --shard and the launcher")
 
         stats = stream_file(
             args.model,
@@ -85,7 +94,10 @@ def run_predict(args: argparse.Namespace) -> None:
         precision=args.precision,
         workers=args.workers,
         gate_table=args.gate_table,
+        shard=args.shard,
     )
+    if not is_main_process():  # under a launcher the main process reports for all
+        return
     print(summary.report())
     if summary.all_failed:  # a run that predicted nothing is a failed run, even in skip mode
         raise UserError(f"{args.input}: none of its {summary.read:,} records could be predicted (see {summary.errors})")
@@ -99,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train(sub)
     add_evaluate(sub)
     add_predict(sub)
+    add_merge_predictions(sub)
     add_build_gate_table(sub)
     add_debug_data(sub)
     add_diagnose(sub)
@@ -197,7 +210,34 @@ def add_predict(sub) -> None:
         help="read gate weights from a table made by build-gate-table and skip the experts it leaves under its "
         "threshold (opt-in; approximate: see the README for what it costs and saves)",
     )
+    p.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="predict only shard K of N (0 <= K < N: blocks of 16 batches of records, block b to shard b mod N) into "
+        "a part file carrying each record's input line; join the N parts with merge-predictions",
+    )
     p.set_defaults(func=run_predict)
+
+
+def run_merge_predictions(args: argparse.Namespace) -> None:
+    from mtl_decoder.prediction.parts import merge_predictions
+
+    summary = merge_predictions(args.output, args.parts, force=args.force)
+    print(f"merged {len(args.parts)} parts (seconds: the parts' prediction time, summed)")
+    print(summary.report())
+
+
+def add_merge_predictions(sub) -> None:
+    p = sub.add_parser(
+        "merge-predictions",
+        help="join the parts of predict --shard K/N into one output",
+        description="Put the N parts written by predict --shard K/N back into one output in input order (and "
+        "OUT.errors.jsonl for --on-error skip parts), checking that every record is there exactly once.",
+    )
+    p.add_argument("output", metavar="OUT", help="output .jsonl")
+    p.add_argument("parts", metavar="PART", nargs="+", help="the part files, all N of them, in any order")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.set_defaults(func=run_merge_predictions)
 
 
 def run_build_gate_table(args: argparse.Namespace) -> None:

@@ -28,6 +28,7 @@ from mtl_decoder.evaluation.scoring import score_sources
 from mtl_decoder.evaluation.utilisation import COVERAGE, UtilisationTracker
 from mtl_decoder.files import atomic_write_text, check_writable_parent
 from mtl_decoder.inference import Predictor
+from mtl_decoder.processes import Processes
 from mtl_decoder.saved import CONFIG_FILE, load_model
 
 METRICS_FILE = "metrics.json"
@@ -72,7 +73,12 @@ def evaluate(
     ``batch_size``: default the run's data.eval_batch_size, the size training-time validation used.
     ``device``: default the machine's accelerator when it has one, else the CPU.
     ``precision``: fp32, or bf16 / fp16 autocast (see mtl_decoder.inference.PRECISIONS).
+
+    Under a launcher (torchrun, accelerate launch) each process predicts its blocks of every source on its own
+    device (``device`` is then each process's own); the predictions and the gate statistics are gathered, so the
+    task metrics are those of one process exactly and the utilisation up to float rounding. The main process writes.
     """
+    processes = Processes.join()
     if split not in SPLITS:
         raise UserError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)}){did_you_mean(split, SPLITS)}")
     if batch_size is not None and batch_size <= 0:
@@ -80,8 +86,9 @@ def evaluate(
     out_dir = Path(output_dir) if output_dir is not None else Path(model_dir) / f"eval-{split}"
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--output {out_dir}: exists and is not a directory")
-    check_writable_parent(out_dir / METRICS_FILE, "--output")
-    saved = load_model(model_dir, device)
+    if processes.is_main:  # the one that writes (another machine's processes may not see its folder)
+        check_writable_parent(out_dir / METRICS_FILE, "--output")
+    saved = load_model(model_dir, processes.device if processes.device is not None else device)
     cfg = saved.config
     overrides = parse_data(data, list(cfg.tasks))
     names = select_tasks(tasks, overrides, list(cfg.tasks))
@@ -98,7 +105,10 @@ def evaluate(
         check_labels(source, saved.label_sets, split)
     tracker = UtilisationTracker(saved.model, cfg.evaluation.position_buckets, cfg.evaluation.dead_expert_fraction)
     predictor = Predictor.from_saved(saved, batch_size, precision)
-    scored = score_sources(predictor, sources, task_cfgs, saved.label_sets, names, tracker)
+    distribute = processes.distribute(predictor.buffer) if processes.world > 1 else None
+    scored = score_sources(predictor, sources, task_cfgs, saved.label_sets, names, tracker, distribute)
+    if processes.world > 1:
+        tracker.merge(processes.all_gather(tracker.stats))
     task_metrics = {name: scored[name] for name in names}
 
     metrics = {
@@ -119,7 +129,8 @@ def evaluate(
         },
         "notes": tracker.notes(),
     }
-    write_outputs(metrics, out_dir)
+    if processes.is_main:
+        write_outputs(metrics, out_dir)
     return EvalResult(metrics, out_dir)
 
 

@@ -13,6 +13,7 @@ overlapping windows (longer than max_length) contributes the tokens of every win
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -70,6 +71,16 @@ class GateStats:
         bucket = torch.bucketize(positions.detach().cpu().long(), bounds, right=True)  # bounds[i-1] <= p < bounds[i]
         self.bucket_tokens += torch.bincount(bucket, minlength=len(self.bounds) + 1)
         self.bucket_sum.index_add_(0, bucket, w)
+
+    def merge(self, other: GateStats) -> None:
+        """Add the sums of the same gate over other examples (another process's share)."""
+        self.tokens += other.tokens
+        self.sum += other.sum
+        self.sumsq += other.sumsq
+        self.top1 += other.top1
+        self.entropy += other.entropy
+        self.bucket_tokens += other.bucket_tokens
+        self.bucket_sum += other.bucket_sum
 
     def summary(self, dead_fraction: float) -> dict[str, Any]:
         """The gate's statistics as plain JSON values (see SCHEMA.md)."""
@@ -130,6 +141,19 @@ class UtilisationTracker:
                 if gate not in layer_stats:
                     layer_stats[gate] = GateStats(block.expert_names(gate, self.model.task_names), self.bounds)
                 layer_stats[gate].add(weights, layout.token_position[span])
+
+    def merge(self, shares: list[list[dict[str, GateStats]]]) -> None:
+        """The statistics of every process's share (``stats`` of each, in rank order; this one's among them) in
+        place of this one's: the sums of one process over all the examples, up to float rounding."""
+        merged: list[dict[str, GateStats]] = [{} for _ in self.blocks]
+        for share in shares:
+            for layer, layer_stats in zip(merged, share, strict=True):
+                for gate, stats in layer_stats.items():
+                    if gate in layer:
+                        layer[gate].merge(stats)
+                    else:
+                        layer[gate] = copy.deepcopy(stats)
+        self.stats = merged
 
     def summary(self) -> dict[str, dict[str, dict[str, Any]]]:
         """layer_i -> gate -> statistics; gates in the model's order (tasks, then 'shared'); unseen gates left out."""

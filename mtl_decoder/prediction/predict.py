@@ -37,6 +37,7 @@ from mtl_decoder.files import AtomicFile, remove, stale_temporaries, terminate_u
 from mtl_decoder.inference import Predictor
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord, check_text, check_tokens
 from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, prediction_dict
+from mtl_decoder.processes import launched
 from mtl_decoder.saved import SavedModel, load_model
 
 ON_ERROR = ("fail", "skip")
@@ -180,12 +181,25 @@ def predict_file(
     precision: str = "fp32",
     workers: int | None = None,
     gate_table: str | Path | None = None,
+    shard: str | tuple[int, int] | None = None,
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
     ``progress``: a progress bar on stderr (None: only when stderr is a terminal); ``precision``, ``workers`` and
     ``gate_table`` as in predict_texts. The input, the output's folder and the model are checked before anything
     is predicted. Called from the main thread, SIGTERM raises ``mtl_decoder.files.Terminated`` (the previous
-    handler is back when this returns)."""
+    handler is back when this returns).
+
+    Under a launcher (torchrun, accelerate launch) the processes share the work and the main one writes the same
+    files one process would; ``shard`` ('K/N') predicts only shard K of N into a part file for merge-predictions
+    (see mtl_decoder.prediction.sharded)."""
+    if shard is not None or launched():
+        from mtl_decoder.prediction.sharded import predict_file_sharded
+
+        return predict_file_sharded(
+            model, input, output, shard=shard, tasks=tasks, fmt=fmt, text_column=text_column, batch_size=batch_size,
+            on_error=on_error, force=force, progress=progress, device=device, precision=precision, workers=workers,
+            gate_table=gate_table,
+        )  # fmt: skip
     with terminate_unwinds() as unwinder:
         if on_error not in ON_ERROR:
             raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")

@@ -146,7 +146,11 @@ def precompute_trunk_states(
 ) -> tuple[str, float]:
     """Mode frozen: the trunk's states of every training and validation text, computed once into the state cache
     (shared by runs) before training, so that their one-time cost is reported apart from training time. Returns
-    the line to log and the seconds spent ("" and 0 for a model without a frozen trunk)."""
+    the line to log and the seconds spent ("" and 0 for a model without a frozen trunk).
+
+    Several processes split the work: each computes the missing ones among every n-th of the sequences (sorted by
+    length, so the shares cost about the same) on its own device into the shared cache folder, then waits for the
+    others and reads their shards, so n devices take about 1/n of the time."""
     states = getattr(model, "states", None)
     if states is None or not hasattr(states, "precompute"):
         return "", 0.0
@@ -155,8 +159,12 @@ def precompute_trunk_states(
         items = [ex.words if ex.words is not None else ex.text for ex in source.examples]
         sequences += [e.ids for e in data.encoder.encode_batch(items) if not e.truncated]
     cache = states.cache
+    accelerator.wait_for_everyone()  # every process looks at the cache as it is now
+    cache.rescan()
     before = len(cache)
-    bar = log.progress(len(sequences), 0, "trunk states") if log else None
+    mine = _share(sequences, accelerator.process_index, accelerator.num_processes)
+    states.to(accelerator.device)  # the trunk only; the model follows in prepare
+    bar = log.progress(len(mine), 0, "trunk states") if log else None
     done = [0]
 
     def progress(n: int, _total: int) -> None:
@@ -164,18 +172,29 @@ def precompute_trunk_states(
             bar.update(n - done[0])
         done[0] = n
 
-    with accelerator.main_process_first():  # the main process computes, the others then find them
-        if not accelerator.is_main_process:
-            cache.rescan()
-        computed, seconds = states.precompute(sequences, batch_size, progress)
+    computed, seconds = states.precompute(mine, batch_size, progress)
     if bar is not None:
         bar.close()
+    accelerator.wait_for_everyone()  # the others' shards are on disk: index them
+    cache.rescan()
+    if accelerator.num_processes > 1:
+        counts = accelerator.gather(torch.tensor([computed, seconds], dtype=torch.float64, device=accelerator.device))
+        counts = counts.view(-1, 2)
+        computed, seconds = int(counts[:, 0].sum()), float(counts[:, 1].max())  # wall time: the slowest share
+    processes = f" by {accelerator.num_processes} processes" if accelerator.num_processes > 1 else ""
     report = (
         f"trunk states (layer {states.identity.layers} of {states.identity.source}): {computed:,} computed in "
-        f"{seconds / 60:.1f} min, {len(sequences) - computed:,} from the cache ({before:,} entries) at "
+        f"{seconds / 60:.1f} min{processes}, {len(sequences) - computed:,} from the cache ({before:,} entries) at "
         f"{cache.directory}"
     )
     from mtl_decoder.model.pretrained.layermix import cache_footprint  # the trunk's own imports stay lazy
 
     report += f"; {cache_footprint(states, sum(len(ids) for ids in sequences))}"
     return report, seconds
+
+
+def _share(sequences: list[list[int]], rank: int, world: int) -> list[list[int]]:
+    """This process's share of the distinct sequences: every world-th of them, longest first (the same order on
+    every process, so the shares do not overlap and cost about the same). ``precompute`` skips the cached ones."""
+    distinct = sorted({tuple(ids) for ids in sequences}, key=lambda ids: (-len(ids), ids))
+    return [list(ids) for ids in distinct[rank::world]]

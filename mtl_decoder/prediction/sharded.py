@@ -1,0 +1,392 @@
+"""``predict`` over several processes (under ``torchrun`` / ``accelerate launch``) and as one shard of a job
+(``--shard K/N``), with the output one process would write.
+
+Every process reads the whole input stream (reading is cheap next to the model) and takes its share: blocks of
+the Predictor's buffer (16 batches) of the records that can be read, dealt round-robin (``mtl_decoder.processes
+.Share``), so each process forms exactly the batches one process would and the predictions are bit-identical.
+Each process predicts its blocks on its own device and turns them into output lines; in rounds, the main process
+gathers one block from every process (``gather_object`` over NCCL or gloo) and writes them in input order, so it
+holds at most one block per process. Memory stays constant however long the input is.
+
+Because every process reads every record, all of them meet a bad record at the same point: in fail mode all stop
+with the error one process would give, and no output appears. Any other failure in a process reaches the others
+at the next round, and every process stops, the main one naming the rank that failed; a process that is killed
+is noticed as a lost connection (the launcher's summary names its rank). Only the main process writes, through
+temporary files renamed into place at the end: nothing is left half-written.
+
+With ``--shard K/N`` the same dealing runs over N shards: shard K predicts the blocks b with b mod N == K (under
+a launcher, split again between its processes) and writes a part file (``parts``) in which every record carries
+its input index and line; ``merge-predictions`` puts the parts back together. A record that cannot be read goes
+with the block the stream is in when it is met.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter
+from typing import Any, TypeVar
+
+from tqdm import tqdm
+
+from mtl_decoder.errors import DataError, UserError
+from mtl_decoder.files import AtomicFile, remove, stale_temporaries, terminate_unwinds
+from mtl_decoder.inference import Predictor
+from mtl_decoder.prediction import predict as single
+from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord
+from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, prediction_dict
+from mtl_decoder.prediction.parts import COUNTS, PartWriter, check_part_target
+from mtl_decoder.prediction.predict import PredictSummary
+from mtl_decoder.processes import Processes, ProcessFailed, Share
+
+T = TypeVar("T")
+
+
+def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:
+    """(K, N) from 'K/N' or a pair; a UserError unless 0 <= K < N."""
+    text = f"{shard[0]}/{shard[1]}" if isinstance(shard, tuple) else str(shard)
+    k, sep, n = text.partition("/")
+    if not (sep and k.strip().isdigit() and n.strip().isdigit()) or not 0 <= int(k) < int(n):
+        raise UserError(f"--shard must be K/N with 0 <= K < N (e.g. --shard 0/4), got '{text}'")
+    return int(k), int(n)
+
+
+@dataclass
+class _Block:
+    """A process's contribution to one round: output lines of one block (index, line, JSON) and their counts."""
+
+    rows: list[tuple[int, int, str]] = field(default_factory=list)
+    tokens: int = 0
+    truncated: int = 0
+    windowed: int = 0
+    failure: tuple[int, str, str] | None = None
+    """(rank, kind, message) when this process failed (see ``_failure``)."""
+
+
+class _Writer:
+    """The main process's files: OUT and OUT.errors.jsonl (one job), or one part file (a shard)."""
+
+    def __init__(self, output: Path, errors: Path, skip: bool, part: bool):
+        self.part = PartWriter(output) if part else None
+        self.out = None if part else AtomicFile(output)
+        self.bad = AtomicFile(errors) if skip and not part else None
+        self.errors, self.skip = errors, skip
+
+    def record(self, index: int, line: int, text: str) -> None:
+        if self.part is not None:
+            self.part.record(index, line, text)
+        else:
+            self.out.write_line(text)
+
+    def error(self, index: int, record: BadRecord, path: str) -> None:
+        """The errors-file entry of ``predict`` (its own rule: ``_set_aside``), to the errors file or the part."""
+        target = self.bad if self.part is None else _PartErrors(self.part, index)
+        single._set_aside(record, path, target)
+
+    def commit(self, footer: dict[str, Any], summary: PredictSummary) -> None:
+        if self.part is not None:
+            self.part.commit(footer)
+            return
+        if self.bad is not None:
+            self.bad.commit()
+        self.out.commit()
+        if not self.skip and self.errors.exists():  # an earlier skip run's (force): it described another output
+            remove(self.errors)
+            summary.removed.append(str(self.errors))
+
+    def discard(self) -> None:
+        for f in (self.part, self.out, self.bad):
+            if f is not None:
+                f.discard()
+
+
+@dataclass
+class _PartErrors:
+    """``write_json`` of an errors-file entry into a part, with the record's input index."""
+
+    part: PartWriter
+    index: int
+
+    def write_json(self, entry: dict[str, Any]) -> None:
+        self.part.error(self.index, entry)
+
+
+def predict_file_sharded(
+    model: Any,
+    input: str | Path,
+    output: str | Path,
+    *,
+    shard: str | tuple[int, int] | None,
+    tasks: Any = None,
+    fmt: str | None = None,
+    text_column: str = "text",
+    batch_size: int = 64,
+    on_error: str = "fail",
+    force: bool = False,
+    progress: bool | None = None,
+    device: Any = None,
+    precision: str = "fp32",
+    workers: int | None = None,
+    gate_table: str | Path | None = None,
+) -> PredictSummary:
+    """``predict_file`` over the launcher's processes and/or as shard K/N (see the module doc). Every process
+    returns the summary of the whole run (of the shard, with ``shard``), which the main process printed."""
+    processes = Processes.join()
+    part = shard is not None
+    with terminate_unwinds() as unwinder:
+
+        def prepare():
+            return _prepare(
+                processes, model, input, output, shard, tasks, fmt, text_column, batch_size, on_error, force, device,
+                precision, workers, gate_table,
+            )  # fmt: skip
+
+        reader, predictor, names, share, summary = _agree(processes, prepare)
+        skip = on_error == "skip"
+        writer = _Writer(Path(output), errors_path(output), skip, part) if processes.is_main else None
+        show = processes.is_main and (sys.stderr.isatty() if progress is None else progress)
+        bar = tqdm(desc="predict", unit=" rec", disable=not show, delay=1.0, mininterval=0.5, file=sys.stderr)
+        try:
+            seen = _run(reader, predictor, names, share, processes, writer, summary, skip, bar)
+            summary.empty_lines = reader.empty_lines
+            if writer is not None:
+                with unwinder.deferred():  # the files of this run go into place together
+                    writer.commit(_footer(share, reader, seen, summary, on_error, names), summary)
+        finally:
+            bar.close()
+            if writer is not None:
+                writer.discard()
+        return processes.broadcast(summary)
+
+
+def _prepare(
+    processes: Processes,
+    model: Any,
+    input: str | Path,
+    output: str | Path,
+    shard: str | tuple[int, int] | None,
+    tasks: Any,
+    fmt: str | None,
+    text_column: str,
+    batch_size: int,
+    on_error: str,
+    force: bool,
+    device: Any,
+    precision: str,
+    workers: int | None,
+    gate_table: str | Path | None,
+) -> tuple[InputReader, Predictor, list[str], Share, PredictSummary]:
+    """Everything checked and loaded before the first record is read, on every process (the targets on the main
+    one, which alone writes)."""
+    if on_error not in single.ON_ERROR:
+        raise UserError(f"on_error must be one of {', '.join(single.ON_ERROR)}, got '{on_error}'")
+    single._check_batch_size(batch_size)
+    k, n = parse_shard(shard) if shard is not None else (0, 1)
+    reader = InputReader(input, fmt, text_column)
+    output = Path(output)
+    errors = errors_path(output)
+    skip = on_error == "skip"
+    if processes.is_main:
+        if shard is not None:
+            check_part_target(input, output, force)
+        else:
+            check_targets(input, output, errors, skip, force)
+    device = processes.device if processes.device is not None else device  # a launcher's process: its own
+    saved = single._with_gate_table(single._load(model, device), gate_table)
+    names = single.resolve_tasks(saved, tasks)
+    predictor = Predictor.from_saved(saved, batch_size, precision, workers)
+    share = Share(predictor.buffer, k, n, processes.rank, processes.world)
+    errors_file = str(errors) if skip and shard is None else None  # a shard's skipped records are in its part
+    summary = PredictSummary(str(input), str(output), errors_file, precision=precision)
+    if processes.is_main:
+        for stale in stale_temporaries(output) + stale_temporaries(errors):  # left by a killed run
+            remove(stale)
+            summary.removed.append(str(stale))
+    return reader, predictor, names, share, summary
+
+
+# ------------------------------------------------------------------------------------------------ the stream
+
+
+@dataclass
+class _Reading:
+    """What reading the stream has found so far."""
+
+    dealt: int = 0
+    """Readable records (the ones dealt in blocks)."""
+    records: int = 0
+    """Every record, readable or not (the input indices)."""
+
+
+def _own(
+    reader: InputReader, share: Share, writer: _Writer | None, summary: PredictSummary, seen: _Reading, skip: bool
+) -> Iterator[tuple[int, InputRecord]]:
+    """(input index, record) of the readable records this process predicts. A bad record stops the run in fail
+    mode (every process meets it) and goes to the main process's errors file (or part) in skip mode."""
+    for index, record in enumerate(reader):
+        seen.records += 1
+        mine = share.in_shard(seen.dealt)
+        summary.read += mine
+        if isinstance(record, BadRecord):
+            if not skip:
+                single._set_aside(record, reader.path, None)  # raises the record's DataError
+            summary.skipped += mine
+            if mine and writer is not None:
+                writer.error(index, record, reader.path)
+            continue
+        if share.owns(seen.dealt):
+            yield index, record
+        seen.dealt += 1
+
+
+def _lines(predictor: Predictor, own: Iterator[tuple[int, InputRecord]], tasks: list[str]) -> Iterator[tuple]:
+    """(index, line, output JSON, words, truncated, windows) of every record of ``own``, in order."""
+    pending: deque[tuple[int, InputRecord]] = deque()
+
+    def items() -> Iterator[str | list[str]]:
+        for index, record in own:
+            pending.append((index, record))
+            yield record.item
+
+    for pred in predictor.predict(items(), tasks):
+        index, record = pending.popleft()
+        fields = {**record.fields, PREDICTIONS: prediction_dict(pred, record.item, tasks, predictor.kinds)}
+        yield index, record.line, json.dumps(fields, ensure_ascii=False), len(pred.words), pred.truncated, pred.windows
+
+
+def _run(
+    reader: InputReader,
+    predictor: Predictor,
+    tasks: list[str],
+    share: Share,
+    processes: Processes,
+    writer: _Writer | None,
+    summary: PredictSummary,
+    skip: bool,
+    bar: tqdm,
+) -> _Reading:
+    """Predict this process's blocks and hand them to the main process, one per round; the main process writes
+    every round's blocks in input order. Returns what the reading found."""
+    seen = _Reading()
+    lines = _lines(predictor, _own(reader, share, writer, summary, seen, skip), tasks)
+    start, rounds, block = perf_counter(), 0, _Block()
+    while True:
+        try:
+            row = next(lines, None)
+        except Exception as err:  # this process failed: the others learn of it in this round, and all stop
+            failed = _Block(failure=_failure(processes, err))
+            _round(processes, failed, writer, summary, bar, own_error=err)
+            raise  # _round has raised already; kept for type checkers
+        if row is None:
+            break
+        index, line, text, words, truncated, windows = row
+        block.rows.append((index, line, text))
+        block.tokens += words
+        block.truncated += truncated
+        block.windowed += windows > 1
+        if len(block.rows) == share.block:
+            _round(processes, block, writer, summary, bar)
+            rounds, block = rounds + 1, _Block()
+    if block.rows:
+        _round(processes, block, writer, summary, bar)
+        rounds += 1
+    while rounds < share.rounds(seen.dealt):  # the others' last blocks, once this process has run out
+        _round(processes, _Block(), writer, summary, bar)
+        rounds += 1
+    summary.seconds = perf_counter() - start
+    return seen
+
+
+def _round(
+    processes: Processes,
+    mine: _Block,
+    writer: _Writer | None,
+    summary: PredictSummary,
+    bar: tqdm,
+    own_error: BaseException | None = None,
+) -> None:
+    """Gather one block from every process on the main one, which writes them in rank order (input order); then
+    every process learns whether one of them failed, and if so stops."""
+    gathered = processes.gather(mine)
+    verdict = None
+    if gathered is not None:
+        verdict = next((b.failure for b in gathered if b.failure is not None), None)
+        if verdict is None and writer is not None:
+            for b in gathered:
+                for index, line, text in b.rows:
+                    writer.record(index, line, text)
+                summary.predicted += len(b.rows)
+                summary.tokens += b.tokens
+                summary.truncated += b.truncated
+                summary.windowed += b.windowed
+                bar.update(len(b.rows))
+    verdict = processes.broadcast(verdict)
+    if verdict is not None:
+        _stop(processes, verdict, own_error)
+
+
+def _agree(processes: Processes, prepare: Callable[[], T]) -> T:
+    """``prepare()`` on every process; when it fails on any of them, every process stops (the main one with that
+    process's error) rather than wait for the others at the first round."""
+    try:
+        result, failure, error = prepare(), None, None
+    except Exception as err:
+        result, failure, error = None, _failure(processes, err), err
+    gathered = processes.gather(failure)
+    first = next((f for f in gathered if f is not None), None) if gathered is not None else None
+    verdict = processes.broadcast(first)
+    if verdict is not None:
+        _stop(processes, verdict, error)
+    return result
+
+
+def _failure(processes: Processes, err: Exception) -> tuple[int, str, str]:
+    """(rank, kind, message) of this process's failure. Kinds: 'data', a bad record (every process meets the same
+    first one, so its message is the one a single process gives); 'user', another user error (a file one machine
+    cannot see); 'crash', anything else, with its type."""
+    if isinstance(err, DataError):
+        return processes.rank, "data", str(err)
+    if isinstance(err, UserError):
+        return processes.rank, "user", str(err)
+    return processes.rank, "crash", f"{type(err).__name__}: {err}"
+
+
+def _stop(processes: Processes, verdict: tuple[int, str, str], own_error: BaseException | None) -> None:
+    """Raise on every process once one has failed: the failed process its own error (a traceback for a bug); the
+    main process a bad record's error as one process gives it, or the failed rank's error naming the rank; the
+    others a line saying they stopped with it."""
+    rank, kind, message = verdict
+    if own_error is not None and rank == processes.rank:
+        raise own_error
+    if kind == "data" and isinstance(own_error, DataError):
+        raise own_error  # this process met the bad record too
+    if processes.is_main:
+        if kind == "data":
+            raise UserError(message)
+        if kind == "user":
+            raise UserError(f"rank {rank} of {processes.world}: {message}")
+        raise ProcessFailed(f"rank {rank} of {processes.world} failed: {message}; nothing was written")
+    raise ProcessFailed(f"rank {processes.rank}: stopped with rank {rank} (rank 0 reports why)")
+
+
+def _footer(
+    share: Share, reader: InputReader, seen: _Reading, summary: PredictSummary, on_error: str, tasks: list[str]
+) -> dict[str, Any]:
+    """What a part says of itself, for merge-predictions' checks and counts (see parts.SAME and parts.COUNTS)."""
+    return {
+        "shard": share.shard,
+        "shards": share.shards,
+        "block": share.block,
+        "input": Path(reader.path).name,
+        "records": seen.records,
+        "empty_lines": reader.empty_lines,
+        "on_error": on_error,
+        "tasks": tasks,
+        "precision": summary.precision,
+        **{key: getattr(summary, key) for key in COUNTS},
+        "seconds": summary.seconds,
+    }

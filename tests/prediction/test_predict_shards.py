@@ -1,0 +1,152 @@
+"""predict --shard K/N and merge-predictions: the parts of any N, merged in any order, are the output (and errors
+file) of one run, byte for byte; each shard holds its blocks, with input index and line; merge refuses, in one
+line, parts that are missing, repeated, from another job, incomplete or edited, and an existing output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from predict_testkit import read_jsonl
+from test_predict_processes import PREDICT_CASES, write_inputs
+
+from mtl_decoder.cli import main
+from mtl_decoder.errors import UserError
+from mtl_decoder.prediction import merge_predictions, predict_file
+from mtl_decoder.processes import Share
+from mtl_decoder.saved import load_model
+
+RECORDS, BATCH = 150, 4  # blocks of 64 records: 3 blocks, the last one short
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_run):
+    return tiny_run / "best"
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    return load_model(model_dir)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    return write_inputs(tmp_path_factory.mktemp("shard-inputs"), RECORDS)
+
+
+def predict(model, source, out, mode="skip", shard=None, batch_size=BATCH):
+    return predict_file(model, source, out, batch_size=batch_size, on_error=mode, progress=False, shard=shard)
+
+
+def parts(model, source, folder, n, mode="skip", batch_size=BATCH) -> list:
+    out = []
+    for k in range(n):
+        out.append(folder / f"part-{k}-of-{n}.jsonl")
+        predict(model, source, out[-1], mode, f"{k}/{n}", batch_size)
+    return out
+
+
+@pytest.mark.parametrize("name", ["jsonl-bad-skip", "txt-bad-skip", "csv", "csv-bad-skip"])
+def test_merged_parts_are_the_output_of_one_run(model, inputs, tmp_path, name):
+    source, mode = PREDICT_CASES[name]
+    whole = predict(model, inputs[source], tmp_path / "one.jsonl", mode)
+    for n in (1, 3) if name == "csv-bad-skip" else (3,):
+        pieces = parts(model, inputs[source], tmp_path, n, mode)
+        merged = merge_predictions(tmp_path / f"merged-{n}.jsonl", pieces[::-1])  # any order
+        assert (tmp_path / f"merged-{n}.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+        if mode == "skip":
+            errors = (tmp_path / f"merged-{n}.errors.jsonl").read_bytes()
+            assert errors == (tmp_path / "one.errors.jsonl").read_bytes()
+        else:
+            assert not (tmp_path / f"merged-{n}.errors.jsonl").exists()
+        counts = ("read", "predicted", "skipped", "truncated", "windowed", "tokens", "empty_lines")
+        assert {k: getattr(merged, k) for k in counts} == {k: getattr(whole, k) for k in counts}
+
+
+def test_each_shard_holds_its_blocks_with_input_index_and_line(model, inputs, tmp_path):
+    pieces = parts(model, inputs["jsonl-bad"], tmp_path, 3)
+    source_lines = inputs["jsonl-bad"].read_text(encoding="utf-8").splitlines()
+    share = [Share(BATCH * 16, k, 3) for k in range(3)]
+    indices = []
+    dealt = 0  # readable records before each one (bad records go with the block the stream is in)
+    for index, text in enumerate(source_lines):
+        bad = text.startswith('{"tokens": []') or not text.endswith("}")
+        indices.append((index, dealt, bad))
+        dealt += not bad
+    for k, path in enumerate(pieces):
+        entries = read_jsonl(path)
+        footer = entries.pop()["part"]
+        assert (footer["shard"], footer["shards"], footer["block"], footer["records"]) == (k, 3, 64, RECORDS + 2)
+        expected = [i for i, d, bad in indices if share[k].in_shard(d)]
+        assert sorted(e["index"] for e in entries) == expected
+        for entry in entries:
+            assert entry["line"] == entry["index"] + 1  # one record per line in this file
+            if "record" in entry:
+                assert entry["record"]["tokens"] == json.loads(source_lines[entry["index"]])["tokens"]
+            else:
+                assert entry["error"]["raw"] == source_lines[entry["index"]]
+        assert footer["read"] == len(entries) and footer["skipped"] == sum("error" in e for e in entries)
+    assert sum(read_jsonl(p)[-1]["part"]["read"] for p in pieces) == RECORDS + 2
+
+
+def test_merge_refuses_what_is_not_one_whole_job(model, inputs, tmp_path):
+    pieces = parts(model, inputs["csv"], tmp_path, 3, "fail")
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(UserError, match=r"shard 1/3 is missing \(1 of 3; given: 0/3, 2/3\)"):
+        merge_predictions(out, [pieces[0], pieces[2]])
+    with pytest.raises(UserError, match=r"part-0-of-3.jsonl: shard 0/3 again"):
+        merge_predictions(out, [*pieces, pieces[0]])
+    other = tmp_path / "other"
+    other.mkdir()
+    smaller = parts(model, inputs["csv"], other, 3, "fail", batch_size=2)
+    with pytest.raises(UserError, match=r"block is 32, but .* has 64: not parts of one job"):
+        merge_predictions(out, [pieces[0], pieces[1], smaller[2]])
+    truncated = tmp_path / "truncated.jsonl"
+    truncated.write_text("".join(pieces[1].read_text().splitlines(keepends=True)[:-1]))
+    with pytest.raises(UserError, match=r"truncated.jsonl: not a complete part written by predict --shard"):
+        merge_predictions(out, [pieces[0], truncated, pieces[2]])
+    lines = pieces[1].read_text().splitlines(keepends=True)
+    repeated = tmp_path / "repeated.jsonl"
+    repeated.write_text(lines[0] + "".join(lines))  # its first record twice
+    with pytest.raises(UserError, match=r"repeated.jsonl:2: record index 64 after 64: the part is out of order"):
+        merge_predictions(out, [pieces[0], repeated, pieces[2]])
+    dropped = tmp_path / "dropped.jsonl"
+    dropped.write_text("".join(lines[1:]))  # its first record lost
+    with pytest.raises(UserError, match=r"record index 64 is in no part \(next: 65"):
+        merge_predictions(out, [pieces[0], dropped, pieces[2]])
+    assert not out.exists()
+    merge_predictions(out, pieces)
+    with pytest.raises(UserError, match="already exists"):
+        merge_predictions(out, pieces)
+    with pytest.raises(UserError, match="is one of the parts"):
+        merge_predictions(pieces[0], pieces, force=True)
+
+
+def test_cli_shard_and_merge(model_dir, inputs, tmp_path, capsys):
+    source = str(inputs["txt-bad"])
+    for k in range(2):
+        argv = ["predict", "--model", str(model_dir), "--input", source, "--output", str(tmp_path / f"p{k}.jsonl"),
+                "--on-error", "skip", "--shard", f"{k}/2", "--batch-size", str(BATCH)]  # fmt: skip
+        assert main(argv) == 0
+    capsys.readouterr()
+    out = tmp_path / "all.jsonl"
+    assert main(["merge-predictions", str(out), str(tmp_path / "p0.jsonl"), str(tmp_path / "p1.jsonl")]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("merged 2 parts") and f"read {RECORDS + 1} records: predicted {RECORDS}, skipped 1," in said
+    assert len(read_jsonl(out)) == RECORDS and len(read_jsonl(tmp_path / "all.errors.jsonl")) == 1
+    assert main(["merge-predictions", str(out), str(tmp_path / "p0.jsonl")]) == 2
+    assert "shard 1/2 is missing" in capsys.readouterr().err
+    for bad in ("2/2", "-1/2", "1", "a/b", "1/0"):
+        argv = ["predict", "--model", str(model_dir), "--input", source, "--output", str(tmp_path / "x.jsonl"),
+                f"--shard={bad}"]  # fmt: skip
+        assert main(argv) == 2
+        assert "--shard must be K/N with 0 <= K < N" in capsys.readouterr().err
+    stream = ["predict", "--stream", "--model", str(model_dir), "--input", source, "--output", "-", "--shard", "0/2"]
+    assert main(stream) == 2
+    assert "--stream reads one text in one process" in capsys.readouterr().err
+
+
+def test_the_merge_is_reachable_from_the_package():
+    import mtl_decoder
+
+    assert mtl_decoder.merge_predictions is merge_predictions
