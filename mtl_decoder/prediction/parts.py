@@ -28,7 +28,7 @@ from mtl_decoder.prediction.outputs import errors_path
 from mtl_decoder.prediction.predict import PredictSummary
 
 FOOTER = "part"
-COUNTS = ("read", "predicted", "skipped", "truncated", "windowed", "tokens")
+COUNTS = ("read", "predicted", "skipped", "truncated", "windowed", "tokens", "untagged_words")
 """The footer's per-part counts, summed by the merge (they are PredictSummary fields)."""
 SAME = ("shards", "block", "input", "records", "empty_lines", "on_error", "tasks", "precision")
 """Footer fields every part of one job shares."""

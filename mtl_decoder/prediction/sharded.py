@@ -63,6 +63,7 @@ class _Block:
     tokens: int = 0
     truncated: int = 0
     windowed: int = 0
+    untagged: int = 0
     failure: tuple[int, str, str] | None = None
     """(rank, kind, message) when this process failed (see ``_failure``)."""
 
@@ -244,7 +245,7 @@ def _own(
 
 
 def _lines(predictor: Predictor, own: Iterator[tuple[int, InputRecord]], tasks: list[str]) -> Iterator[tuple]:
-    """(index, line, output JSON, words, truncated, windows) of every record of ``own``, in order."""
+    """(index, line, output JSON, words, truncated, windows, untagged words) of every record of ``own``, in order."""
     pending: deque[tuple[int, InputRecord]] = deque()
 
     def items() -> Iterator[str | list[str]]:
@@ -255,7 +256,8 @@ def _lines(predictor: Predictor, own: Iterator[tuple[int, InputRecord]], tasks: 
     for pred in predictor.predict(items(), tasks):
         index, record = pending.popleft()
         fields = {**record.fields, PREDICTIONS: prediction_dict(pred, record.item, tasks, predictor.kinds)}
-        yield index, record.line, json.dumps(fields, ensure_ascii=False), len(pred.words), pred.truncated, pred.windows
+        text = json.dumps(fields, ensure_ascii=False)
+        yield index, record.line, text, len(pred.words), pred.truncated, pred.windows, pred.untagged
 
 
 def _run(
@@ -283,11 +285,12 @@ def _run(
             raise  # _round has raised already; kept for type checkers
         if row is None:
             break
-        index, line, text, words, truncated, windows = row
+        index, line, text, words, truncated, windows, untagged = row
         block.rows.append((index, line, text))
         block.tokens += words
         block.truncated += truncated
         block.windowed += windows > 1
+        block.untagged += untagged
         if len(block.rows) == share.block:
             _round(processes, block, writer, summary, bar)
             rounds, block = rounds + 1, _Block()
@@ -323,6 +326,7 @@ def _round(
                 summary.tokens += b.tokens
                 summary.truncated += b.truncated
                 summary.windowed += b.windowed
+                summary.untagged_words += b.untagged
                 bar.update(len(b.rows))
     verdict = processes.broadcast(verdict)
     if verdict is not None:
