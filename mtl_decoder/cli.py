@@ -72,10 +72,11 @@ def run_predict(args: argparse.Namespace) -> None:
         )
         print(stats.report(), file=sys.stderr)
         return
+    to_stdout = args.output == "-"  # predictions on stdout, so the summary goes to stderr
     summary = predict_file(
         args.model,
         args.input,
-        args.output,
+        "/dev/stdout" if to_stdout else args.output,
         tasks=args.tasks,
         fmt=args.format,
         text_column=args.text_column,
@@ -86,7 +87,7 @@ def run_predict(args: argparse.Namespace) -> None:
         workers=args.workers,
         gate_table=args.gate_table,
     )
-    print(summary.report())
+    print(summary.report(), file=sys.stderr if to_stdout else sys.stdout)
     if summary.all_failed:  # a run that predicted nothing is a failed run, even in skip mode
         raise UserError(f"{args.input}: none of its {summary.read:,} records could be predicted (see {summary.errors})")
 
@@ -152,9 +153,12 @@ def add_predict(sub) -> None:
     p.add_argument(
         "--input",
         required=True,
-        help="input file: " + " ".join(f".{f}" for f in PREDICTION_FORMATS) + " (with --stream: any text, - for stdin)",
+        help="input file: " + " ".join(f".{f}" for f in PREDICTION_FORMATS) + ", or - for stdin (with --format; "
+        "with --stream: any text)",
     )
-    p.add_argument("--output", required=True, help="output .jsonl (with --stream: - for stdout)")
+    p.add_argument(
+        "--output", required=True, help="output .jsonl, - for stdout; a device or named pipe is written through"
+    )
     p.add_argument("--format", choices=list(PREDICTION_FORMATS), help="input format (default: from the suffix)")
     p.add_argument("--text-column", default="text", help="text column of .csv/.tsv input (default: text)")
     p.add_argument("--tasks", help="comma-separated task names (default: all)")
