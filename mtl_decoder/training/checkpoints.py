@@ -8,7 +8,6 @@ never a silent partial restore.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 from accelerate import Accelerator
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, remove, stale_temporaries_in, temporary_sibling
+from mtl_decoder.files import atomic_write_json, remove, sha256_file, stale_temporaries_in, temporary_sibling
 
 STATE_FILE = "trainer_state.json"
 PREFIX = "step-"
@@ -37,11 +36,7 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path)
 
 
 def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
@@ -63,17 +58,33 @@ def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict
         tmp = temporary_sibling(final)
     tmp = Path(accelerator_broadcast_path(accelerator, str(tmp)))
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        atomic_write_json(tmp / STATE_FILE, {**state, "files": file_manifest(tmp)})
-        if final.exists():
-            remove(final)
-        os.replace(tmp, final)
-        for old in checkpoint_dirs(root)[:-keep]:
-            remove(old)
+    try:
+        accelerator.save_state(str(tmp))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            atomic_write_json(tmp / STATE_FILE, {**state, "files": file_manifest(tmp)})
+            if final.exists():
+                remove(final)
+            os.replace(tmp, final)
+            for old in checkpoint_dirs(root)[:-keep]:
+                remove(old)
+    except BaseException as err:  # a full disk, SIGTERM: the half-written folder goes, the older ones stay
+        if accelerator.is_main_process:
+            remove(tmp)
+        if isinstance(err, (OSError, RuntimeError)) and _write_failure(err):
+            last = latest_checkpoint(root)
+            raise UserError(
+                f"{final}: cannot write the checkpoint ({(str(err).strip().splitlines() or [''])[0]}); its temporary "
+                f"folder was removed; the last complete checkpoint is {last or 'none'}"
+            ) from None
+        raise
     accelerator.wait_for_everyone()
     return final
+
+
+def _write_failure(err: BaseException) -> bool:
+    """torch.save reports a full disk as RuntimeError('... file write failed'); Python as an OSError."""
+    return isinstance(err, OSError) or "write" in str(err).lower()
 
 
 def accelerator_broadcast_path(accelerator: Accelerator, path: str) -> str:
