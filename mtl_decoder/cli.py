@@ -11,7 +11,9 @@
     mtl-decoder export   --model RUN/best --trunk --output DIR [--expert shared/0] [--force]
 
 User errors (bad config, bad data, missing files) print one line and exit with status 2, no traceback; so does a
-predict run in which every record failed (after its summary). SIGTERM during predict exits with 143.
+predict run in which every record failed (after its summary), and an operating-system error no closer layer named
+(a full disk, a lost mount). SIGTERM during train, evaluate or predict removes what was being written, prints one
+line and exits with 143.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import sys
 from collections.abc import Callable
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import Terminated
+from mtl_decoder.files import Terminated, os_reason, terminate_unwinds
 
 
 def run_train(args: argparse.Namespace) -> None:
@@ -37,15 +39,16 @@ def run_evaluate(args: argparse.Namespace) -> None:
     from mtl_decoder.evaluation.evaluate import METRICS_FILE, PLOTS_DIR, REPORT_FILE, evaluate
     from mtl_decoder.evaluation.report import task_table
 
-    result = evaluate(
-        args.model,
-        split=args.split,
-        tasks=args.tasks,
-        data=args.data or None,
-        output_dir=args.output,
-        batch_size=args.batch_size,
-        precision=args.precision,
-    )
+    with terminate_unwinds():  # SIGTERM: the outputs being written are removed, none is left half-made
+        result = evaluate(
+            args.model,
+            split=args.split,
+            tasks=args.tasks,
+            data=args.data or None,
+            output_dir=args.output,
+            batch_size=args.batch_size,
+            precision=args.precision,
+        )
     for note in result.metrics["notes"]:
         print(f"note: {note}")
     print(f"wrote {result.output_dir / METRICS_FILE}, {REPORT_FILE} and {PLOTS_DIR}/")
@@ -434,9 +437,13 @@ def main(argv: list[str] | None = None, run: Callable | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Terminated:  # SIGTERM during predict: its temporary files are gone
-        print("terminated", file=sys.stderr)
+    except Terminated as err:  # SIGTERM during train, evaluate or predict: their temporary files are gone
+        print(str(err) if str(err) != "terminated by SIGTERM" else "terminated", file=sys.stderr)
         return Terminated.exit_code
+    except OSError as err:  # the environment (a full disk, a lost mount) where no closer layer named it
+        where = f"{err.filename}: " if err.filename is not None else ""
+        print(f"error: {where}{os_reason(err)}", file=sys.stderr)
+        return 2
     return int(status or 0)
 
 

@@ -306,6 +306,28 @@ def replace_dir(tmp: Path, final: Path) -> None:
     remove(old)
 
 
+@contextmanager
+def staged_folder(final: Path) -> Iterator[Path]:
+    """A temporary folder beside ``final`` to write a set of outputs into; on success its entries move into
+    ``final`` (created whole by one rename when new; an existing folder keeps its other files), on any error or
+    SIGTERM it is removed, so no empty or half-filled output folder is left."""
+    final = Path(final)
+    tmp = temporary_sibling(final)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if not final.exists():
+            os.replace(tmp, final)
+            return
+        for entry in sorted(tmp.iterdir()):
+            if entry.is_dir():
+                replace_dir(entry, final / entry.name)
+            else:
+                os.replace(entry, final / entry.name)
+    finally:
+        remove(tmp)
+
+
 class AtomicFile:
     """A text file written to a temporary sibling of ``path``; ``commit`` renames it into place, ``discard``
     removes it. Used as a context manager, leaving the block without ``commit`` (an error) discards it.
