@@ -377,6 +377,9 @@ class AtomicFile:
         except OSError as err:
             self.discard()
             raise write_failed(self.path, err, stream=self.tmp is None) from None
+        except BaseException:  # refused (a file appeared) or SIGTERM: the temporary goes
+            self.discard()
+            raise
         finally:
             self._unlock()
         return self.path
