@@ -4,6 +4,7 @@ process at a time per output; a full disk leaves no temporary file; standard inp
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -139,9 +140,9 @@ def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(model_dir, tmp_pat
     big = write_lines(tmp_path / "big.txt", texts() * 200)  # ~1,000 records, ~300 KB of predictions
     out_dir = tmp_path / "out"
     out_dir.mkdir()
+    argv = ["predict", "--model", str(model_dir), "--input", str(big), "--output", str(out_dir / "out.jsonl")]
     proc = subprocess.run(
-        [sys.executable, "-m", "mtl_decoder", "predict", "--model", str(model_dir), "--input", str(big)]
-        + ["--output", str(out_dir / "out.jsonl"), "--workers", "1"],
+        [sys.executable, "-m", "mtl_decoder", *argv, "--workers", "1"],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
@@ -159,17 +160,19 @@ def test_standard_input_is_read_with_a_format_and_refused_without_one(model_dir,
     out = tmp_path / "out.jsonl"
     base = [sys.executable, "-m", "mtl_decoder", "predict", "--model", str(model_dir), "--input", "-", "--workers", "1"]
     text = "".join(t + "\n" for t in texts())
-    proc = subprocess.run([*base, "--output", str(out), "--format", "txt"], input=text, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*base, *args], input=text, env=env, capture_output=True, text=True, timeout=300)
+
+    proc = run("--output", str(out), "--format", "txt")
     assert proc.returncode == 0, proc.stderr
     assert [r["text"] for r in read_jsonl(out)] == texts()
-    proc = subprocess.run([*base, "--output", "-", "--format", "txt"], input=text, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
-    assert proc.returncode == 0 and [r["text"] for r in map(__import__("json").loads, proc.stdout.splitlines())] == texts()
+    proc = run("--output", "-", "--format", "txt")  # and the predictions on stdout, the summary on stderr
+    assert proc.returncode == 0 and [json.loads(line)["text"] for line in proc.stdout.splitlines()] == texts()
     assert "predictions -> /dev/stdout" in proc.stderr
-    proc = subprocess.run([*base, "--output", str(tmp_path / "o2.jsonl")], input=text, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    proc = run("--output", str(tmp_path / "o2.jsonl"))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: --input -: standard input has no suffix to say its format; give --format jsonl | csv | tsv | txt | conll"
+        "error: --input -: standard input has no suffix to say its format; give --format "
+        "jsonl | csv | tsv | txt | conll"
     ]

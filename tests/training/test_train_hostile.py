@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 import resource
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -70,7 +70,8 @@ def _cli(args: list[str], cwd: Path, preexec=None, script: str | None = None) ->
 def test_a_second_train_in_a_run_folder_stops_naming_the_first(make_config, tmp_path):
     run = tmp_path / "run"
     with PathLock(run, "in use by a training run"):  # train A, still running
-        with pytest.raises(UserError, match=rf"in use by a training run by another mtl-decoder process \(PID {os.getpid()}\)"):
+        holder = rf"in use by a training run by another mtl-decoder process \(PID {os.getpid()}\)"
+        with pytest.raises(UserError, match=holder):
             train(make_config(run), overwrite=True)
         assert not run.exists()  # B wrote nothing beside A's files
     assert train(make_config(run, ["training.max_steps=2", "training.eval_every=2"])).steps == 2
@@ -138,7 +139,9 @@ def test_sigterm_while_best_is_written_leaves_no_temporary_and_a_checkpoint_to_r
     run = tmp_path / "run"
     last = latest_checkpoint(run / "checkpoints")
     assert last is not None and last.name == "step-0000002"  # best/ and its checkpoint were written together
-    assert lines[-1] == f"train stopped by SIGTERM at step 2; temporary files removed; continue with --resume from {last}"
+    assert lines[-1] == (
+        f"train stopped by SIGTERM at step 2; temporary files removed; continue with --resume from {last}"
+    )
     assert "Traceback" not in proc.stderr
     assert _leftovers(tmp_path) == []
     assert (run / "best" / "model.safetensors").is_file()
@@ -161,7 +164,8 @@ plots.write_plots = write_plots
 
 def test_sigterm_during_evaluate_leaves_no_output_folder(tiny_run, tmp_path):
     out = tmp_path / "eval"
-    proc = _cli(["evaluate", "--model", str(tiny_run / "best"), "--output", str(out)], tmp_path, script=SIGTERM_IN_PLOTS)
+    argv = ["evaluate", "--model", str(tiny_run / "best"), "--output", str(out)]
+    proc = _cli(argv, tmp_path, script=SIGTERM_IN_PLOTS)
     assert proc.returncode == 143, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "terminated"
     assert not out.exists() and list(tmp_path.iterdir()) == []
