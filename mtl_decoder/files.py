@@ -8,9 +8,8 @@ leftovers of a killed process (``stale_temporaries``) from those of one still ru
 A name too long for a temporary suffix (the file system allows ``NAME_MAX`` bytes per name) is shortened in the
 temporary name only: its start plus a hash of the whole name, so it stays unique and recognisable.
 
-An output is a regular file or a new path (``output_kind``): a symbolic link, a socket or a block device is
-refused, never replaced; a character device or a FIFO (``/dev/null``, ``/dev/stdout``, a named pipe) is written
-straight through, since replacing it would destroy it and a reader of a pipe cannot wait for a rename. While an
+An output is a regular file or a new path (``paths.output_kind``): a link, a socket or a block device is refused,
+a character device or a FIFO written straight through. While an
 ``AtomicFile`` is open it holds the output's advisory lock (``mtl_decoder.locks``), so two processes never write
 one output at the same time; without ``replace`` it never replaces a file that appeared while it was written.
 
@@ -23,14 +22,12 @@ A write that fails (a full disk, a file size limit) removes the temporary file a
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
 import secrets
 import shutil
 import signal
-import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,10 +35,19 @@ from pathlib import Path
 from typing import Any
 
 from mtl_decoder.errors import UserError
+from mtl_decoder.paths import (  # noqa: F401 - check_writable_parent, FILE, NEW, path_problem: the files API
+    FILE,
+    NAME_MAX,
+    NEW,
+    STREAM,
+    check_name,
+    check_writable_parent,
+    os_reason,
+    output_kind,
+    path_problem,
+)
 
 TMP_MARK = ".mtl-tmp-"
-NAME_MAX = 255
-"""Bytes in one file name on the file systems we write to (ext4, xfs, btrfs, tmpfs)."""
 TEMP_SUFFIX_BYTES = len(TMP_MARK) + 20 + 1 + 8
 """The most a temporary suffix adds: the mark, a pid (at most 20 digits), '-', 8 hex digits."""
 
@@ -157,105 +163,6 @@ def remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
-
-
-def os_reason(err: OSError) -> str:
-    """An OSError as the few words a user needs ('No space left on device', 'symbolic link loop')."""
-    if err.errno == errno.ELOOP:
-        return "a symbolic link loop"
-    if err.errno == errno.ENAMETOOLONG:
-        return "a name too long for the file system"
-    return err.strerror or str(err)
-
-
-def path_problem(path: str | Path, want: str = "file") -> str | None:
-    """Why ``path`` cannot be read as a ``want`` ('file' or 'folder'), in words, or None when it can. A FIFO or a
-    character device counts as a file (it can be read once, as a stream)."""
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        dangling = os.path.islink(path)
-        return f"{want} not found" + (" (a symbolic link to a missing path)" if dangling else "")
-    except OSError as err:
-        return f"is {os_reason(err)}" if err.errno in (errno.ELOOP, errno.ENAMETOOLONG) else f"cannot be read ({err})"
-    except ValueError as err:  # a NUL byte in the name
-        return f"cannot be a file name ({err})"
-    if want == "folder":
-        return None if stat.S_ISDIR(info.st_mode) else "is a file, not a folder"
-    if stat.S_ISDIR(info.st_mode):
-        return "is a folder, not a file"
-    return None
-
-
-def check_name(path: str | Path, what: str = "output") -> None:
-    """A clear error for a name no file system takes: a NUL byte, or a part longer than NAME_MAX bytes."""
-    text = str(path)
-    if "\x00" in text:
-        raise UserError(f"{what} {text!r}: a file name cannot hold a NUL character")
-    for part in Path(path).parts:
-        size = len(part.encode("utf-8", "surrogateescape"))
-        if size > NAME_MAX:
-            raise UserError(
-                f"{what} {path}: the name '{part[:40]}...' is {size} bytes, longer than a file system allows "
-                f"({NAME_MAX}); choose a shorter {what}"
-            )
-
-
-def check_writable_parent(path: str | Path, what: str = "output") -> None:
-    """A clear error, before any work, when ``path`` cannot be created in its folder: an impossible name, a parent
-    is a file or a link loop, or the nearest existing one is not writable. ``what`` names the option in the
-    message (e.g. '--output')."""
-    check_name(path, what)
-    path = Path(path)
-    for parent in [path.parent, *path.parent.parents]:
-        try:
-            exists = os.path.exists(parent) or os.path.islink(parent)
-            if exists:
-                os.stat(parent)
-        except OSError as err:
-            raise UserError(f"{what} {path}: {parent} is {os_reason(err)}; choose another {what}") from None
-        if exists:
-            if not parent.is_dir():
-                raise UserError(f"{what} {path}: {parent} is a file, not a folder; choose another {what}")
-            if not os.access(parent, os.W_OK):
-                raise UserError(f"{what} {path}: folder {parent} is not writable; choose another {what}")
-            return
-
-
-NEW, FILE, STREAM = "new", "file", "stream"
-"""What an output path is (``output_kind``): nothing yet, a regular file, or a device or FIFO written through."""
-
-
-def output_kind(path: str | Path, what: str = "--output") -> str:
-    """NEW, FILE or STREAM for an output path; a UserError for anything an output must not replace: a folder, a
-    symbolic link (replacing it would turn the link into a file and leave its target stale), a link loop, a
-    socket or a block device."""
-    path = Path(path)
-    try:
-        link = os.lstat(path)
-    except FileNotFoundError:
-        return NEW
-    except OSError as err:
-        raise UserError(f"{what} {path}: {os_reason(err)}; choose another {what}") from None
-    try:
-        info = os.stat(path)
-    except OSError as err:
-        reason = "a symbolic link to a missing path" if isinstance(err, FileNotFoundError) else os_reason(err)
-        raise UserError(f"{what} {path}: is {reason}; choose another {what}") from None
-    mode = info.st_mode
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        return STREAM
-    if stat.S_ISDIR(mode):
-        raise UserError(f"{path}: is a folder; choose another {what}")
-    if stat.S_ISLNK(link.st_mode):
-        target = os.path.realpath(path)
-        raise UserError(
-            f"{what} {path}: is a symbolic link (to {target}); writing would replace the link with a file: give "
-            f"{target} itself, or another {what}"
-        )
-    if not stat.S_ISREG(mode):
-        raise UserError(f"{what} {path}: is not a regular file (a socket or a block device); choose another {what}")
-    return FILE
 
 
 def sha256_file(path: str | Path, limit: int | None = None) -> str:
