@@ -103,6 +103,12 @@ def save_model(
         )
         atomic_write_text(tmp / MODEL_CARD_FILE, card)
         replace_dir(tmp, directory)
+    except (OSError, SafetensorError) as err:  # a full disk: safetensors reports it as its own error
+        reason = (str(err).strip().splitlines() or [""])[0]
+        raise UserError(
+            f"{directory}: cannot write the model ({reason}); its temporary folder was removed, {directory} is as it "
+            "was"
+        ) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -71,20 +71,22 @@ def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict
     except BaseException as err:  # a full disk, SIGTERM: the half-written folder goes, the older ones stay
         if accelerator.is_main_process:
             remove(tmp)
-        if isinstance(err, (OSError, RuntimeError)) and _write_failure(err):
-            last = latest_checkpoint(root)
-            raise UserError(
-                f"{final}: cannot write the checkpoint ({(str(err).strip().splitlines() or [''])[0]}); its temporary "
-                f"folder was removed; the last complete checkpoint is {last or 'none'}"
-            ) from None
+        if isinstance(err, Exception) and not isinstance(err, UserError):
+            raise _write_failure(err, final, latest_checkpoint(root)) from None
         raise
     accelerator.wait_for_everyone()
     return final
 
 
-def _write_failure(err: BaseException) -> bool:
-    """torch.save reports a full disk as RuntimeError('... file write failed'); Python as an OSError."""
-    return isinstance(err, OSError) or "write" in str(err).lower()
+def _write_failure(err: Exception, final: Path, last: Path | None) -> UserError:
+    """Saving states fails on a full disk with whatever the writer raises: an OSError, or from torch.save a
+    RuntimeError ('file write failed', 'unexpected pos ...'); one line naming the checkpoint either way."""
+    reason = (str(err).strip().splitlines() or [""])[0][:200]
+    hint = "" if isinstance(err, OSError) else "; a full disk or a file size limit?"
+    return UserError(
+        f"{final}: cannot write the checkpoint ({type(err).__name__}: {reason}{hint}); its temporary folder was "
+        f"removed; the last complete checkpoint is {last or 'none'}"
+    )
 
 
 def accelerator_broadcast_path(accelerator: Accelerator, path: str) -> str:
