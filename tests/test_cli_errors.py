@@ -145,3 +145,11 @@ def test_a_model_folder_or_an_input_that_loops_is_called_a_loop(tiny_run, tmp_pa
     out_loop = _loop(tmp_path, "out")
     assert main(["predict", "--model", str(tiny_run / "best"), "--input", str(source), "--output", str(out_loop)]) == 2
     assert _one_line(capsys) == f"error: --output {out_loop}: is a symbolic link loop; choose another --output"
+
+
+def test_an_os_error_no_layer_named_is_one_line_with_exit_2(capsys):
+    def full_disk(args):
+        raise OSError(28, "No space left on device", "/data/out.jsonl")
+
+    assert main(["debug-data", "--config", "x.yaml"], run=full_disk) == 2
+    assert capsys.readouterr().err == "error: /data/out.jsonl: No space left on device\n"
