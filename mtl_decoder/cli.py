@@ -13,7 +13,9 @@
     mtl-decoder export   --model RUN/best --trunk --output DIR [--expert shared/0] [--force]
 
 User errors (bad config, bad data, missing files) print one line and exit with status 2, no traceback; so does a
-predict run in which every record failed (after its summary). SIGTERM during predict exits with 143.
+predict run in which every record failed (after its summary), and an operating-system error no closer layer named
+(a full disk, a lost mount). SIGTERM during train, evaluate or predict removes what was being written, prints one
+line and exits with 143.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import sys
 from collections.abc import Callable
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import Terminated
+from mtl_decoder.files import Terminated, os_reason, terminate_unwinds
 from mtl_decoder.processes import is_main_process
 
 
@@ -40,15 +42,16 @@ def run_evaluate(args: argparse.Namespace) -> None:
     from mtl_decoder.evaluation.evaluate import METRICS_FILE, PLOTS_DIR, REPORT_FILE, evaluate
     from mtl_decoder.evaluation.report import task_table
 
-    result = evaluate(
-        args.model,
-        split=args.split,
-        tasks=args.tasks,
-        data=args.data or None,
-        output_dir=args.output,
-        batch_size=args.batch_size,
-        precision=args.precision,
-    )
+    with terminate_unwinds():  # SIGTERM: the outputs being written are removed, none is left half-made
+        result = evaluate(
+            args.model,
+            split=args.split,
+            tasks=args.tasks,
+            data=args.data or None,
+            output_dir=args.output,
+            batch_size=args.batch_size,
+            precision=args.precision,
+        )
     if not is_main_process():  # under a launcher the main process reports for all
         return
     for note in result.metrics["notes"]:
@@ -81,10 +84,11 @@ def run_predict(args: argparse.Namespace) -> None:
         )
         print(stats.report(), file=sys.stderr)
         return
+    to_stdout = args.output == "-"  # predictions on stdout, so the summary goes to stderr
     summary = predict_file(
         args.model,
         args.input,
-        args.output,
+        "/dev/stdout" if to_stdout else args.output,
         tasks=args.tasks,
         fmt=args.format,
         text_column=args.text_column,
@@ -98,7 +102,7 @@ def run_predict(args: argparse.Namespace) -> None:
     )
     if not is_main_process():  # under a launcher the main process reports for all
         return
-    print(summary.report())
+    print(summary.report(), file=sys.stderr if to_stdout else sys.stdout)
     if summary.all_failed:  # a run that predicted nothing is a failed run, even in skip mode
         raise UserError(f"{args.input}: none of its {summary.read:,} records could be predicted (see {summary.errors})")
 
@@ -165,9 +169,12 @@ def add_predict(sub) -> None:
     p.add_argument(
         "--input",
         required=True,
-        help="input file: " + " ".join(f".{f}" for f in PREDICTION_FORMATS) + " (with --stream: any text, - for stdin)",
+        help="input file: " + " ".join(f".{f}" for f in PREDICTION_FORMATS) + ", or - for stdin (with --format; "
+        "with --stream: any text)",
     )
-    p.add_argument("--output", required=True, help="output .jsonl (with --stream: - for stdout)")
+    p.add_argument(
+        "--output", required=True, help="output .jsonl, - for stdout; a device or named pipe is written through"
+    )
     p.add_argument("--format", choices=list(PREDICTION_FORMATS), help="input format (default: from the suffix)")
     p.add_argument("--text-column", default="text", help="text column of .csv/.tsv input (default: text)")
     p.add_argument("--tasks", help="comma-separated task names (default: all)")
@@ -470,9 +477,13 @@ def main(argv: list[str] | None = None, run: Callable | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Terminated:  # SIGTERM during predict: its temporary files are gone
-        print("terminated", file=sys.stderr)
+    except Terminated as err:  # SIGTERM during train, evaluate or predict: their temporary files are gone
+        print(str(err) if str(err) != "terminated by SIGTERM" else "terminated", file=sys.stderr)
         return Terminated.exit_code
+    except OSError as err:  # the environment (a full disk, a lost mount) where no closer layer named it
+        where = f"{err.filename}: " if err.filename is not None else ""
+        print(f"error: {where}{os_reason(err)}", file=sys.stderr)
+        return 2
     return int(status or 0)
 
 

@@ -5,12 +5,24 @@ temporary sibling name ``.NAME.mtl-tmp-PID-RANDOM`` in the same folder (same fil
 is atomic) and renamed into place only once complete. The process id in the name lets a later run tell the
 leftovers of a killed process (``stale_temporaries``) from those of one still running.
 
+A name too long for a temporary suffix (the file system allows ``NAME_MAX`` bytes per name) is shortened in the
+temporary name only: its start plus a hash of the whole name, so it stays unique and recognisable.
+
+An output is a regular file or a new path (``paths.output_kind``): a link, a socket or a block device is refused,
+a character device or a FIFO written straight through. While an
+``AtomicFile`` is open it holds the output's advisory lock (``mtl_decoder.locks``), so two processes never write
+one output at the same time; without ``replace`` it never replaces a file that appeared while it was written.
+
+A write that fails (a full disk, a file size limit) removes the temporary file and raises a one-line
+``UserError`` naming the output.
+
 ``terminate_unwinds`` turns SIGTERM into a ``Terminated`` exception for the duration of a block, so that the
 ``with`` blocks inside it (``AtomicFile``) discard their temporaries instead of leaving them to a later run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -23,8 +35,21 @@ from pathlib import Path
 from typing import Any
 
 from mtl_decoder.errors import UserError
+from mtl_decoder.paths import (  # noqa: F401 - check_writable_parent, FILE, NEW, path_problem: the files API
+    FILE,
+    NAME_MAX,
+    NEW,
+    STREAM,
+    check_name,
+    check_writable_parent,
+    os_reason,
+    output_kind,
+    path_problem,
+)
 
 TMP_MARK = ".mtl-tmp-"
+TEMP_SUFFIX_BYTES = len(TMP_MARK) + 20 + 1 + 8
+"""The most a temporary suffix adds: the mark, a pid (at most 20 digits), '-', 8 hex digits."""
 
 
 class Terminated(BaseException):
@@ -81,10 +106,21 @@ def terminate_unwinds() -> Iterator[Unwinder]:
         signal.signal(signal.SIGTERM, restore)
 
 
+def sibling_prefix(path: str | Path, room: int = TEMP_SUFFIX_BYTES) -> str:
+    """The name start every helper file of ``path`` shares (``.NAME``), shortened so that ``room`` more bytes fit
+    in NAME_MAX: a long name keeps its first bytes and gets a hash of the whole name, so it stays unique."""
+    name = Path(path).name
+    if len(name.encode("utf-8", "surrogateescape")) + 1 + room <= NAME_MAX:
+        return f".{name}"
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    head = name.encode("utf-8", "surrogateescape")[: NAME_MAX - room - len(digest) - 2]
+    return f".{head.decode('utf-8', 'ignore')}~{digest}"
+
+
 def temporary_sibling(path: str | Path) -> Path:
-    """A fresh temporary name beside ``path``, owned by this process."""
+    """A fresh temporary name beside ``path``, owned by this process (within NAME_MAX, however long the name)."""
     path = Path(path)
-    return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
+    return path.with_name(f"{sibling_prefix(path)}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -102,7 +138,7 @@ def _pid_alive(pid: int) -> bool:
 def stale_temporaries(path: str | Path) -> list[Path]:
     """Temporary siblings of ``path`` left by processes that no longer run (a run killed mid-write)."""
     path = Path(path)
-    return stale_temporaries_in(path.parent, f".{path.name}{TMP_MARK}")
+    return stale_temporaries_in(path.parent, f"{sibling_prefix(path)}{TMP_MARK}")
 
 
 def stale_temporaries_in(folder: str | Path, prefix: str = ".") -> list[Path]:
@@ -129,26 +165,36 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def check_writable_parent(path: str | Path, what: str = "output") -> None:
-    """A clear error, before any work, when ``path`` cannot be created in its folder: a parent is a file, or the
-    nearest existing one is not writable. ``what`` names the option in the message (e.g. '--output')."""
-    path = Path(path)
-    for parent in [path.parent, *path.parent.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                raise UserError(f"{what} {path}: {parent} is a file, not a folder; choose another {what}")
-            if not os.access(parent, os.W_OK):
-                raise UserError(f"{what} {path}: folder {parent} is not writable; choose another {what}")
-            return
+def sha256_file(path: str | Path, limit: int | None = None) -> str:
+    """The SHA-256 of a file's bytes (of its first ``limit`` bytes when given)."""
+    digest = hashlib.sha256()
+    left = limit
+    with open(path, "rb") as f:
+        while left is None or left > 0:
+            block = f.read(1 << 20 if left is None else min(1 << 20, left))
+            if not block:
+                break
+            digest.update(block)
+            left = None if left is None else left - len(block)
+    return digest.hexdigest()
+
+
+def write_failed(path: Path, err: OSError, stream: bool = False) -> UserError:
+    """The one-line error for an output that could not be written (a full disk, a size limit, a lost mount)."""
+    if stream:
+        return UserError(f"{path}: cannot write ({os_reason(err)}); stopped (a device or pipe keeps what reached it)")
+    return UserError(f"{path}: cannot write ({os_reason(err)}); the temporary file was removed, {path} is as it was")
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary sibling and a rename."""
+    """Write ``text`` to ``path`` through a temporary sibling and a rename; a failed write leaves nothing."""
     path = Path(path)
     tmp = temporary_sibling(path)
     try:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
+    except OSError as err:
+        raise write_failed(path, err) from None
     finally:
         tmp.unlink(missing_ok=True)
     return path
@@ -167,36 +213,120 @@ def replace_dir(tmp: Path, final: Path) -> None:
     remove(old)
 
 
+@contextmanager
+def staged_folder(final: Path) -> Iterator[Path]:
+    """A temporary folder beside ``final`` to write a set of outputs into; on success its entries move into
+    ``final`` (created whole by one rename when new; an existing folder keeps its other files), on any error or
+    SIGTERM it is removed, so no empty or half-filled output folder is left."""
+    final = Path(final)
+    tmp = temporary_sibling(final)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if not final.exists():
+            os.replace(tmp, final)
+            return
+        for entry in sorted(tmp.iterdir()):
+            if entry.is_dir():
+                replace_dir(entry, final / entry.name)
+            else:
+                os.replace(entry, final / entry.name)
+    finally:
+        remove(tmp)
+
+
 class AtomicFile:
     """A text file written to a temporary sibling of ``path``; ``commit`` renames it into place, ``discard``
-    removes it. Used as a context manager, leaving the block without ``commit`` (an error) discards it."""
+    removes it. Used as a context manager, leaving the block without ``commit`` (an error) discards it.
 
-    def __init__(self, path: str | Path):
+    While open it holds ``path``'s lock (another process writing it is an error naming its PID). ``replace``:
+    whether an existing file may be replaced; without it a file that appears at ``path`` meanwhile (another
+    program's) is never overwritten. A device or FIFO (``output_kind`` STREAM) is written straight through."""
+
+    def __init__(self, path: str | Path, replace: bool = True):
+        from mtl_decoder.locks import PathLock
+
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = temporary_sibling(self.path)
-        self.file = open(self.tmp, "x", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed by commit/discard
+        self.replace = replace
         self.lines = 0
+        self.tmp: Path | None = None
+        self.lock: PathLock | None = None
+        if output_kind(self.path) == STREAM:
+            self.file = open(self.path, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed by commit/discard
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.lock = PathLock(self.path, "being written")
+        try:
+            if not replace and os.path.lexists(self.path):
+                raise UserError(f"{self.path}: appeared after this run started (another program's?); not replaced")
+            self.tmp = temporary_sibling(self.path)
+            self.file = open(self.tmp, "x", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed by commit/discard
+        except BaseException:
+            self.lock.release()
+            raise
 
     def write_line(self, text: str) -> None:
-        self.file.write(text + "\n")
+        try:
+            self.file.write(text + "\n")
+        except OSError as err:
+            self.discard()
+            raise write_failed(self.path, err, stream=self.tmp is None) from None
         self.lines += 1
 
     def write_json(self, record: dict[str, Any]) -> None:
         self.write_line(json.dumps(record, ensure_ascii=False))
 
     def commit(self) -> Path:
-        self.file.close()
-        os.replace(self.tmp, self.path)
+        try:
+            self.file.close()
+            if self.tmp is not None:
+                self._move_into_place()
+        except OSError as err:
+            self.discard()
+            raise write_failed(self.path, err, stream=self.tmp is None) from None
+        except BaseException:  # refused (a file appeared) or SIGTERM: the temporary goes
+            self.discard()
+            raise
+        finally:
+            self._unlock()
         return self.path
 
-    def discard(self) -> None:
-        self.file.close()
+    def _move_into_place(self) -> None:
+        if self.replace:
+            os.replace(self.tmp, self.path)
+            return
+        try:  # a hard link never replaces: it fails when something appeared at the path meanwhile
+            os.link(self.tmp, self.path)
+        except FileExistsError:
+            raise UserError(
+                f"{self.path}: appeared while this run wrote it (another program's?); not replaced, this run's "
+                "output was discarded"
+            ) from None
+        except OSError:  # a file system without hard links
+            if os.path.lexists(self.path):
+                raise UserError(f"{self.path}: appeared while this run wrote it; not replaced") from None
+            os.replace(self.tmp, self.path)
         self.tmp.unlink(missing_ok=True)
+
+    def discard(self) -> None:
+        """Remove the temporary file, whatever closing it says (a full disk fails the final flush again)."""
+        try:
+            self.file.close()
+        except OSError:
+            pass
+        finally:
+            if self.tmp is not None:
+                self.tmp.unlink(missing_ok=True)
+            self._unlock()
+
+    def _unlock(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def __enter__(self) -> AtomicFile:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if not self.file.closed:  # not committed: an error, or the caller never got to commit
+        if not self.file.closed or self.lock is not None:  # not committed: an error, or never got to commit
             self.discard()

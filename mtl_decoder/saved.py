@@ -12,6 +12,9 @@ them) is a one-line ``UserError`` naming the file, raised before the model is us
 
 The weights file's metadata holds the folder's format (``FORMAT``); a folder without it is older, and its config is
 read as it was meant then (``model.ffn`` 'cgc' / 'mmoe' were the stacked forms, 'cgc_stacked' / 'mmoe_stacked' now).
+A folder of a newer format is refused: its keys may mean something else than this version reads into them (as
+'cgc' did), so loading it could compute another function without a word. The metadata also holds the SHA-256
+of the folder's tokenizer.json, so a tokenizer copied in from another run is named as the culprit.
 """
 
 from __future__ import annotations
@@ -30,9 +33,16 @@ from safetensors.torch import load_file, save_file
 
 from mtl_decoder.config import ExperimentConfig, config_from_dict
 from mtl_decoder.config.variants import STACKED_BEFORE_FORMAT_2
-from mtl_decoder.data.tokenization import TextEncoder
+from mtl_decoder.data.tokenization import TOKENIZER_FILE, TextEncoder
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, atomic_write_text, replace_dir, temporary_sibling
+from mtl_decoder.files import (
+    atomic_write_json,
+    atomic_write_text,
+    path_problem,
+    replace_dir,
+    sha256_file,
+    temporary_sibling,
+)
 from mtl_decoder.model import MultiTaskModel, build_model
 from mtl_decoder.model_card import MODEL_CARD_FILE, model_card
 from mtl_decoder.runtime import default_device
@@ -48,6 +58,7 @@ FORMAT = 2
 """The saved-model format, in model.safetensors' metadata under ``FORMAT_KEY`` (the file every folder has, beside the
 weights whose layout it dates). 2: cgc and mmoe are single-level over a shared bottom; absent (1): older."""
 FORMAT_KEY = "mtl_decoder_format"
+TOKENIZER_HASH_KEY = "mtl_decoder_tokenizer_sha256"
 
 
 @dataclass
@@ -75,14 +86,15 @@ def save_model(
     tmp.mkdir(parents=True)
     try:
         atomic_write_text(tmp / CONFIG_FILE, config.to_yaml())
+        encoder.save(tmp)
         state = {k: v.detach().contiguous().cpu() for k, v in _state_to_save(model).items()}
-        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", FORMAT_KEY: str(FORMAT)})
+        metadata = {"format": "pt", FORMAT_KEY: str(FORMAT), TOKENIZER_HASH_KEY: sha256_file(tmp / TOKENIZER_FILE)}
+        save_file(state, str(tmp / WEIGHTS_FILE), metadata=metadata)
         identity = getattr(model, "identity", None)
         if identity is not None:  # a pretrained trunk: where it came from and the hash of its weights
             atomic_write_json(tmp / TRUNK_FILE, identity.to_dict())
             trunk = config.model.trunk
             save_trunk_checkpoint(model, tmp / TRUNK_DIR, weights=trunk.save == "full" and trunk.mode != "upcycle")
-        encoder.save(tmp)
         atomic_write_json(tmp / LABELS_FILE, label_sets)
         if extra:
             atomic_write_json(tmp / INFO_FILE, extra)
@@ -91,6 +103,12 @@ def save_model(
         )
         atomic_write_text(tmp / MODEL_CARD_FILE, card)
         replace_dir(tmp, directory)
+    except (OSError, SafetensorError) as err:  # a full disk: safetensors reports it as its own error
+        reason = (str(err).strip().splitlines() or [""])[0]
+        raise UserError(
+            f"{directory}: cannot write the model ({reason}); its temporary folder was removed, {directory} is as it "
+            "was"
+        ) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -100,33 +118,60 @@ def save_model(
 def load_model(directory: str | Path, device: torch.device | str | None = None) -> SavedModel:
     """A saved model folder, ready to predict, on ``device`` (default: the machine's accelerator, if any)."""
     directory = Path(directory)
-    if not directory.is_dir():
-        raise UserError(f"{directory}: no such model folder" + (" (it is a file)" if directory.exists() else ""))
+    problem = path_problem(directory, "folder")
+    if problem:
+        raise UserError(f"{directory}: no such model folder" if "not found" in problem else f"{directory}: {problem}")
     for name in REQUIRED_FILES:
         if not (directory / name).is_file():
             raise UserError(f"{directory}: not a model folder (missing {name})")
-    config = _read_config(directory / CONFIG_FILE, _saved_format(directory / WEIGHTS_FILE))
+    metadata = _metadata(directory / WEIGHTS_FILE)
+    config = _read_config(directory / CONFIG_FILE, _saved_format(directory / WEIGHTS_FILE, metadata))
     label_sets = _read_labels(directory / LABELS_FILE, config)
     encoder = TextEncoder.load(
         directory, config.data.max_length, config.model.trunk.enabled, config.model.word_token_position
     )
+    _check_tokenizer(directory, metadata)  # readable (above), but is it this model's?
     identity = _read_identity(directory / TRUNK_FILE) if config.model.trunk.enabled else None
     saved_trunk = directory / TRUNK_DIR if identity is not None else None
     model = build_model(config, label_sets, encoder, saved_trunk=saved_trunk, expected_identity=identity)
-    _load_weights(model, directory / WEIGHTS_FILE)
+    _load_weights(model, directory / WEIGHTS_FILE, encoder.vocab_size)
     model.eval()
     model.to(device if device is not None else default_device())
     return SavedModel(model, encoder, config, label_sets, directory)
 
 
-def _saved_format(weights: Path) -> int:
-    """The folder's format from its weights' metadata: 1 when absent (saved before formats were recorded)."""
+def _metadata(weights: Path) -> dict[str, str] | None:
+    """The weights file's metadata; None when unreadable (reported by _load_weights, naming it)."""
     try:
         with safe_open(str(weights), "pt") as f:
-            value = (f.metadata() or {}).get(FORMAT_KEY, "1")
+            return f.metadata() or {}
     except (SafetensorError, OSError, ValueError):
-        return FORMAT  # an unreadable weights file is reported by _load_weights, naming it
-    return int(value) if value.isdigit() else FORMAT
+        return None
+
+
+def _saved_format(weights: Path, metadata: dict[str, str] | None) -> int:
+    """The folder's format from its weights' metadata: 1 when absent (saved before formats were recorded); a
+    newer format than this version's is refused (see the module doc)."""
+    if metadata is None:
+        return FORMAT
+    value = metadata.get(FORMAT_KEY, "1")
+    if not value.isdigit() or int(value) > FORMAT:
+        raise UserError(
+            f"{weights}: saved in model-folder format {value}, newer than this mtl-decoder reads (up to {FORMAT}); "
+            "upgrade mtl-decoder to load it"
+        )
+    return int(value)
+
+
+def _check_tokenizer(directory: Path, metadata: dict[str, str] | None) -> None:
+    """The folder's tokenizer.json is the one saved with its weights (folders of before the hash: not checked)."""
+    expected = (metadata or {}).get(TOKENIZER_HASH_KEY)
+    tokenizer = directory / TOKENIZER_FILE
+    if expected and tokenizer.is_file() and sha256_file(tokenizer) != expected:
+        raise UserError(
+            f"{tokenizer}: not the tokenizer saved with {directory / WEIGHTS_FILE} (another model's?): the folder's "
+            "files must come from one saved model; copy the whole folder again"
+        )
 
 
 def _read_config(path: Path, saved_format: int = FORMAT) -> ExperimentConfig:
@@ -171,7 +216,7 @@ def _read_labels(path: Path, config: ExperimentConfig) -> dict[str, list[str]]:
     return {t: labels[t] for t in config.tasks}
 
 
-def _load_weights(model: MultiTaskModel, path: Path) -> None:
+def _load_weights(model: MultiTaskModel, path: Path, vocab_size: int | None = None) -> None:
     try:
         state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
@@ -180,6 +225,12 @@ def _load_weights(model: MultiTaskModel, path: Path) -> None:
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     wrong = [k for k in expected if k in state and state[k].shape != expected[k].shape]
+    rows = next((state[k].shape[0] for k in wrong if expected[k].dim() and expected[k].shape[0] == vocab_size), None)
+    if rows is not None:  # the vocabulary is the tokenizer's: a folder of before the tokenizer hash
+        raise UserError(
+            f"{path.parent / TOKENIZER_FILE}: holds {vocab_size} tokens but {path.name} was trained with {rows}: the "
+            "tokenizer comes from another model; copy the whole folder again"
+        )
     if missing or unexpected or wrong:
         details = []
         if missing:

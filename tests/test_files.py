@@ -98,3 +98,78 @@ def test_outside_the_main_thread_nothing_changes():
     thread.start()
     thread.join()
     assert errors == [] and signal.getsignal(signal.SIGTERM) == before
+
+
+# ------------------------------------------------------------------------------------------------ issue 27
+
+
+def test_a_temporary_name_of_a_long_name_fits_name_max_and_is_still_found_stale(tmp_path):
+    long = tmp_path / ("x" * 240 + ".jsonl")  # a legal name; with the suffix it would pass 255 bytes
+    tmp = temporary_sibling(long)
+    assert len(tmp.name.encode()) <= 255 and tmp.name.startswith(".xxxx")
+    tmp.write_text("x", encoding="utf-8")  # the file system takes it
+    other = temporary_sibling(tmp_path / ("x" * 240 + ".jsonm"))  # same start, another file: another name
+    assert other.name.split(".mtl-tmp-")[0] != tmp.name.split(".mtl-tmp-")[0]
+    dead = tmp.with_name(tmp.name.replace(f"-{os.getpid()}-", f"-{dead_pid()}-"))
+    tmp.rename(dead)
+    assert stale_temporaries(long) == [dead]
+
+
+def test_discard_removes_the_temporary_even_when_closing_fails(tmp_path):
+    out = AtomicFile(tmp_path / "out.jsonl")
+    out.write_line("x")
+
+    class FullDisk:
+        closed = False
+
+        def close(self):  # a full disk fails the final flush again
+            raise OSError(28, "No space left on device")
+
+    out.file.close()
+    out.file = FullDisk()
+    out.discard()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lock_held_by_another_process_names_its_pid_and_goes_with_it(tmp_path):
+    from mtl_decoder.locks import PathLock, lock_path
+
+    target = tmp_path / "out.jsonl"
+    code = f"from mtl_decoder.locks import PathLock; lock = PathLock({str(target)!r}); print('held', flush=1); input()"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError, match=rf"by another mtl-decoder process \(PID {holder.pid}\)"):
+            PathLock(target)
+    finally:
+        holder.kill()  # killed, not let go: the kernel drops its flock
+        holder.wait()
+    with PathLock(target):  # free again, although the killed holder left its lock file
+        assert lock_path(target).read_text().strip() == str(os.getpid())
+    assert not lock_path(target).exists()
+
+
+def test_outputs_that_must_not_be_replaced_are_named(tmp_path):
+    from mtl_decoder.files import FILE, NEW, STREAM, output_kind
+
+    (tmp_path / "f").write_text("x", encoding="utf-8")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    os.mkfifo(tmp_path / "fifo")
+    assert output_kind(tmp_path / "new") == NEW and output_kind(tmp_path / "f") == FILE
+    assert output_kind(tmp_path / "fifo") == STREAM and output_kind("/dev/null") == STREAM
+    for name, reason in [("link", "symbolic link"), ("dangling", "missing path"), ("loop1", "link loop")]:
+        with pytest.raises(UserError, match=reason):
+            output_kind(tmp_path / name)
+    with pytest.raises(UserError, match="folder"):
+        output_kind(tmp_path)
+    with pytest.raises(UserError, match="NUL"):
+        check_writable_parent(tmp_path / "a\x00b", "--output")

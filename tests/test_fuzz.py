@@ -247,3 +247,122 @@ def test_load_split_on_a_hostile_file_is_a_user_error(tasks, tmp_path):
     ner = dataclasses.replace(tasks["ner"], data=dataclasses.replace(tasks["ner"].data, train=str(path)))
     with pytest.raises(UserError):
         load_split({"ner": ner}, "train")
+
+
+# ------------------------------------------------------------------------------------------------ issue 27
+
+LABEL_VALUES = [0, 1, 2, -1, 0.0, 1.0, 2.5, float("nan"), "0", "1", "01", "1.0", "1e0", "+1", "nan", "NaN", "pos",
+                "neg", " pos ", "1_0", "Infinity"]  # fmt: skip
+
+
+def _as_number(label: str) -> float | None:
+    try:
+        return float(label)
+    except ValueError:
+        return None
+
+
+def test_class_labels_come_out_as_one_spelling_per_class_or_a_data_error(tasks, tmp_path):
+    """Random label columns (JSON and CSV): a file reads into string classes no two of which spell one number, and
+    none of which is NaN; or it stops with a DataError naming a line of the file."""
+    rng = random.Random(f"{SEED}-labels")
+    sentiment = dataclasses.replace(tasks["sentiment"], labels=None)
+    outcomes = {"read": 0, "refused": 0}
+    for i in range(80):
+        values = [rng.choice(LABEL_VALUES) for _ in range(rng.randrange(1, 8))]
+        if rng.random() < 0.5:
+            path = tmp_path / f"{i}.jsonl"
+            path.write_text("".join(json.dumps({"text": f"t {j}", "label": v}) + "\n" for j, v in enumerate(values)))
+        else:
+            path = tmp_path / f"{i}.csv"
+            path.write_text("text,label\n" + "".join(f"t {j},{_cell(v)}\n" for j, v in enumerate(values)))
+        try:
+            examples = list(read_source(Source(str(path), [sentiment])))
+        except UserError as err:
+            assert err.path == str(path) and 1 <= err.line <= len(values) + 1 and "\n" not in str(err)
+            outcomes["refused"] += 1
+            continue
+        classes = {ex.labels["sentiment"] for ex in examples}
+        assert all(isinstance(c, str) and c and c.lower() != "nan" for c in classes)
+        numbers = [n for n in map(_as_number, classes) if n is not None]
+        assert len(numbers) == len(set(numbers)), classes  # '1' and '1.0' never both
+        outcomes["read"] += 1
+    assert outcomes["read"] and outcomes["refused"]
+
+
+SECTIONS = {
+    "model": {"n_layers": [1, 2], "dropout": [0.0, 0.1]},
+    "data": {"batch_size": [4, 8], "max_length": [32, 64]},
+    "training": {"lr": [0.001, 0.01], "seed": [1, 2]},
+}
+"""Keys with values that are valid whatever else the file holds: only a repeat can make it wrong."""
+
+
+def test_a_repeated_yaml_key_is_always_an_error_naming_both_lines(tmp_path):
+    """Random experiment files, some with a key repeated (at the top or inside a section): a repeat is always a
+    ConfigError naming the two lines the generator put it on; a file without one loads."""
+    from mtl_decoder.config import load_config
+    from mtl_decoder.errors import ConfigError
+
+    rng = random.Random(f"{SEED}-yaml")
+    data = f"{{train: {FIXTURE_SENTIMENT}, validation: {FIXTURE_SENTIMENT}}}"
+    (tmp_path / "s.yaml").write_text(f"name: s\nkind: sentence_classification\ndata: {data}\n")
+    outcomes = {"loaded": 0, "refused": 0}
+    for i in range(60):
+        lines, seen = ["tasks: [s.yaml]"], {}
+        repeated = None
+        for _ in range(rng.randrange(1, 7)):
+            section = rng.choice(list(SECTIONS))
+            if section in seen and repeated is None and rng.random() < 0.5:
+                repeated = (seen[section], len(lines) + 1)
+            elif section in seen:
+                continue
+            seen.setdefault(section, len(lines) + 1)
+            lines.append(f"{section}:")
+            keys = rng.sample(list(SECTIONS[section]), rng.randrange(1, len(SECTIONS[section]) + 1))
+            if repeated is None and rng.random() < 0.2:
+                keys.append(keys[0])
+                first = len(lines) + 1
+                repeated = (first, first + len(keys) - 1)
+            for key in keys:
+                lines.append(f"  {key}: {rng.choice(SECTIONS[section][key])}")
+        path = tmp_path / f"{i}.yaml"
+        path.write_text("\n".join(lines) + "\n")
+        if repeated is None:
+            load_config(path)
+            outcomes["loaded"] += 1
+            continue
+        with pytest.raises(ConfigError, match=rf"on lines {repeated[0]} and {repeated[1]}; keep one"):
+            load_config(path)
+        outcomes["refused"] += 1
+    assert outcomes["loaded"] and outcomes["refused"]
+
+
+FIXTURE_SENTIMENT = Path(__file__).parent / "fixtures" / "sentiment_train.jsonl"
+NAME_PARTS = ["a", "ü", "😀", "x" * 100, "é" * 60, " ", ".", "-", "\x00", "/", "~"]
+
+
+def test_odd_output_names_are_written_or_refused_in_one_line(tmp_path):
+    """Random output names (multi-byte, long, NUL, nested): the output checks refuse one with a UserError, or an
+    AtomicFile writes and commits it; never an OSError from the file system."""
+    from mtl_decoder.files import AtomicFile
+    from mtl_decoder.prediction.outputs import check_output
+
+    rng = random.Random(f"{SEED}-names")
+    written = refused = 0
+    for _ in range(80):
+        name = "".join(rng.choice(NAME_PARTS) for _ in range(rng.randrange(1, 6))).strip("/") or "n"
+        target = tmp_path / "out" / name
+        try:
+            check_output(FIXTURE_SENTIMENT, target, force=True)
+            with AtomicFile(target) as out:
+                out.write_line("{}")
+                out.commit()
+        except UserError as err:
+            assert "\n" not in str(err)
+            refused += 1
+            continue
+        assert target.read_text() == "{}\n"
+        written += 1
+    assert written and refused
+    assert not [p for p in tmp_path.rglob("*") if ".mtl-tmp-" in p.name or p.name.endswith(".mtl-lock")]

@@ -19,9 +19,14 @@ import yaml
 from mtl_decoder.config.kinds import SPLITS
 from mtl_decoder.config.schema import ExperimentConfig, TaskConfig
 from mtl_decoder.errors import ConfigError, did_you_mean
+from mtl_decoder.files import path_problem
 
 # --------------------------------------------------------------------------------------------------
 # Building dataclasses from plain dicts, with type coercion and key-naming errors.
+
+MAX_INT = 10**15
+"""The largest integer a config key takes: above any real count of steps, tokens or units, and exact as a float
+(2**53 is about 9e15), so '1e30' is refused like '2.5' rather than read as 10**30."""
 
 
 def _coerce(key: str, value: Any, tp: Any) -> Any:
@@ -52,13 +57,17 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             raise ConfigError(key, f"expected an integer, got {value!r}")
         try:
             if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-                return int(value)
-            number = float(value) if isinstance(value, (str, float)) else value
-            if isinstance(number, float) and not number.is_integer():
-                raise ValueError
-            return int(number)  # YAML reads 1e3 as a string: accept it when it is a whole number
+                number = int(value)
+            else:
+                number = float(value) if isinstance(value, (str, float)) else value
+                if isinstance(number, float) and not number.is_integer():
+                    raise ValueError
+                number = int(number)  # YAML reads 1e3 as a string: accept it when it is a whole number
         except (TypeError, ValueError, OverflowError):
             raise ConfigError(key, f"expected an integer, got {value!r}") from None
+        if abs(number) > MAX_INT:  # 1e30 is a whole number, but no count or size of a run is that large
+            raise ConfigError(key, f"expected an integer of at most {MAX_INT:.0e} in size, got {value!r}")
+        return number
     if tp is float:
         if isinstance(value, (bool, list, dict)):
             raise ConfigError(key, f"expected a number, got {value!r}")
@@ -110,11 +119,46 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
 # YAML files, task files and overrides.
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+class UniqueKeyLoader(yaml.SafeLoader):
+    """The safe loader, refusing a key given twice in one mapping (plain YAML keeps the last silently, so a second
+    ``model:`` block would drop the first); a ``<<`` merge may still be overridden, as YAML means it."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line)
+            except TypeError:  # an unhashable key: the base loader reports it
+                continue
+            if first != key_node.start_mark.line:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key '{key}' is given twice, on lines {first + 1} and {key_node.start_mark.line + 1}; keep one",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml_text(text: str) -> Any:
+    """YAML as plain data: the safe loader, with repeated keys refused (``UniqueKeyLoader``)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+
+
+def _read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
+    problem = path_problem(path)
+    if problem:
+        shown = f"{what} not found: {path}" if problem == "file not found" else f"{what} {path}: {problem}"
+        raise ConfigError("", shown)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("", f"config file not found: {path}") from None
+        data = read_yaml_text(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError("", f"{path}: not UTF-8 text ({err.reason} at byte {err.start + 1})") from None
+    except OSError as err:
+        raise ConfigError("", f"{what} {path}: cannot be read ({err.strerror})") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
@@ -129,7 +173,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def load_task_file(path: str | Path) -> dict[str, Any]:
     """A task YAML as a dict, with relative data paths made absolute against the task file's folder."""
     path = Path(path)
-    task = _read_yaml(path)
+    task = _read_yaml(path, "task file")
     return _resolve_task_paths(task, path.parent)
 
 
@@ -153,6 +197,8 @@ def _resolve_task_paths(task: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def _tasks_from_yaml(entries: Any, base: Path) -> dict[str, dict[str, Any]]:
+    if isinstance(entries, str):  # one task file
+        entries = [entries]
     if isinstance(entries, dict):  # name -> path or inline mapping
         entries = [dict(v, name=k) if isinstance(v, dict) else v for k, v in entries.items()]
     if not isinstance(entries, list):
@@ -161,8 +207,10 @@ def _tasks_from_yaml(entries: Any, base: Path) -> dict[str, dict[str, Any]]:
     for i, entry in enumerate(entries):
         if isinstance(entry, str):
             task_path = base / entry if not Path(entry).is_absolute() else Path(entry)
-            if not task_path.is_file():
-                raise ConfigError(f"tasks[{i}]", f"task file not found: {task_path}")
+            problem = path_problem(task_path)
+            if problem:
+                shown = "task file not found" if problem == "file not found" else f"task file {problem}"
+                raise ConfigError(f"tasks[{i}]", f"{shown}: {task_path}")
             task = load_task_file(task_path)
         elif isinstance(entry, dict):
             task = _resolve_task_paths(dict(entry), base)
@@ -203,7 +251,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(parts):
         raise ConfigError(key, "malformed key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = read_yaml_text(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     return parts, value
@@ -211,6 +259,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 def apply_override(tree: dict[str, Any], parts: list[str], value: Any) -> None:
     node = tree
+    if parts == ["tasks"]:  # tasks=a.yaml,b.yaml or tasks=[a.yaml]: the task list itself, paths from here
+        entries = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+        tree["tasks"] = _tasks_from_yaml(entries, Path.cwd())
+        return
     if parts[0] == "tasks" and len(parts) > 1:
         tasks = tree["tasks"]
         if parts[1] not in tasks:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import codecs
 import csv
 import json
+import sys
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from typing import Any
 
 from mtl_decoder.data.safejson import MAX_JSON_DEPTH, json_depth_exceeds, json_kind, json_list_cell, parse_json_object
 from mtl_decoder.errors import DataError
+from mtl_decoder.files import path_problem
 
 MAX_LINE_BYTES = 1 << 20
 """Longest line read (1 MiB); a longer one is a bad record, not a reason to fill memory."""
@@ -63,10 +65,21 @@ TRAINING_FORMATS = tuple(f.name for f in FORMATS.values() if f.training)
 PREDICTION_FORMATS = tuple(f.name for f in FORMATS.values() if f.prediction)
 
 
+STDIN = "-"
+"""The path that means standard input (predict --input -); read as a stream, so in a line-based format only."""
+STDIN_FORMATS = ("jsonl", "csv", "tsv", "txt", "conll")
+
+
 def detect_format(path: str | Path, fmt: str | None = None, prediction: bool = False) -> str:
     """The format of ``path``: ``fmt`` when given, else from the suffix; only formats usable for the purpose."""
-    if Path(path).is_dir():  # before the suffix: a folder has none, and its name is the problem
-        raise DataError(str(path), None, "is a folder, not a file; give the path of a file in it")
+    if str(path) == STDIN and prediction:
+        if fmt not in STDIN_FORMATS:
+            said = f"cannot be read as --format {fmt} (not a stream)" if fmt else "has no suffix to say its format"
+            raise DataError("--input -", None, f"standard input {said}; give --format {' | '.join(STDIN_FORMATS)}")
+        return fmt
+    problem = path_problem(path)
+    if problem and problem != "file not found":  # before the suffix: a folder has none, and its name is the problem
+        raise DataError(str(path), None, problem + ("; give the path of a file in it" if "folder" in problem else ""))
     usable = PREDICTION_FORMATS if prediction else TRAINING_FORMATS
     hint = "; use --format to say which" if prediction else ""
     if fmt is not None:
@@ -137,8 +150,9 @@ class FileRecords:
         self.required_columns = required_columns
         self.tokens_key, self.tags_key, self.conll_tags = tokens_key, tags_key, conll_tags
         self.empty_lines = 0
-        if not Path(self.path).exists():  # a named pipe is fine: every reader but .json streams
-            raise DataError(self.path, None, "file not found")
+        problem = None if self.path == STDIN else path_problem(self.path)
+        if problem:  # a named pipe is fine: every reader but .json streams
+            raise DataError(self.path, None, problem)
 
     def __iter__(self) -> Iterator[Record | BadRecord]:
         self.empty_lines = 0
@@ -157,7 +171,7 @@ class FileRecords:
 
     def _lines(self) -> Iterator[_Line]:
         """Decoded lines; a line that is not UTF-8 or too long carries its error (its text is still given)."""
-        with open(self.path, "rb") as f:
+        with open(self.path, "rb") if self.path != STDIN else open(sys.stdin.fileno(), "rb", closefd=False) as f:
             number = 0
             while True:
                 raw = f.readline(MAX_LINE_BYTES + 1)

@@ -6,8 +6,10 @@ source: each of its records becomes ONE example with several label sets, not one
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,8 @@ class Source:
     examples: list[Example] = field(default_factory=list)
     empty_lines: int = 0
     repaired_tags: int = 0
+    spellings: dict[str, dict[Any, tuple[str, int]]] = field(default_factory=dict)
+    """Task -> class -> (the first spelling of its label, its line): a class is written one way in a file."""
 
 
 def source_key(task: TaskConfig, split: str) -> str | None:
@@ -124,6 +128,7 @@ def parse_example(source: Source, path: str, record: Record, repair_iob: bool) -
             labels[task.name] = tags
         else:
             labels[task.name] = _read_label(task, data, path, line)
+            _check_spelling(source, task, data[task.columns.label], labels[task.name], path, line)
     return Example(words, text, labels, line)
 
 
@@ -178,8 +183,13 @@ def _read_label(task: TaskConfig, data: dict[str, Any], path: str, line: int) ->
     if col not in data:
         raise DataError(path, line, f"missing column '{col}' (columns: {', '.join(map(str, data))})")
     value = data[col]
+    if isinstance(value, float):  # JSON 1.0 or NaN: a measurement, not a class; 1.0 beside 1 would be two classes
+        shown = "NaN" if math.isnan(value) else repr(value)
+        raise DataError(path, line, f"expected a class label (a string or an integer), got the number {shown}", col)
     if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
         raise DataError(path, line, f"expected a class label, got {value!r}", col)
+    if isinstance(value, str) and _number(value) is NAN:
+        raise DataError(path, line, f"expected a class label, got '{value}' (a missing value?)", col)
     if isinstance(value, str) and value.strip().isdigit() and task.labels is not None and value not in task.labels:
         value = int(value)  # a class id read from CSV/TSV, where every cell is a string
     if isinstance(value, int) and task.labels is not None and str(value) not in task.labels:
@@ -190,6 +200,38 @@ def _read_label(task: TaskConfig, data: dict[str, Any], path: str, line: int) ->
     if not value:
         raise DataError(path, line, "empty label", col)
     return value
+
+
+NAN = object()
+"""What ``_number`` returns for a spelling of NaN."""
+
+
+def _number(text: str) -> Any:
+    """The number a label spells ('1', '1.0', '01', '1e0' -> Decimal 1; 'nan' -> NAN), or None for a name."""
+    try:
+        number = Decimal(text.strip())
+    except InvalidOperation:
+        return None
+    if number.is_nan():
+        return NAN
+    return None if number.is_infinite() else number
+
+
+def _check_spelling(source: Source, task: TaskConfig, raw: Any, label: str, path: str, line: int) -> None:
+    """One spelling per class in a file: '1' beside '1.0', or an id beside its class name, is an error naming
+    both lines (read as written they would be two classes, or the file mixes two conventions)."""
+    spelling = str(raw).strip()
+    number = _number(label) if label == spelling else None
+    key = number if number is not None else label
+    first = source.spellings.setdefault(task.name, {}).setdefault(key, (spelling, line))
+    if first[0] != spelling:
+        raise DataError(
+            path,
+            line,
+            f"label '{spelling}' and label '{first[0]}' (line {first[1]}) spell one class two ways; write each "
+            "class one way",
+            task.columns.label,
+        )
 
 
 # ------------------------------------------------------------------------------------------------ label sets

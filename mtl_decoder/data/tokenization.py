@@ -262,7 +262,11 @@ class TextEncoder:
         return [number.get(w, -1) for w in enc.word_ids]
 
     def save(self, directory: str | Path) -> None:
-        self.tokenizer.save(str(Path(directory) / TOKENIZER_FILE))
+        """tokenizer.json, whole or not at all (the tokenizers library writes in place and reports a full disk as a
+        bare Exception)."""
+        from mtl_decoder.files import atomic_write_text
+
+        atomic_write_text(Path(directory) / TOKENIZER_FILE, self.tokenizer.to_str(pretty=True))
 
     @classmethod
     def load(

@@ -26,7 +26,7 @@ from mtl_decoder.evaluation.metrics import selection_score
 from mtl_decoder.evaluation.report import render_report
 from mtl_decoder.evaluation.scoring import score_sources
 from mtl_decoder.evaluation.utilisation import COVERAGE, UtilisationTracker
-from mtl_decoder.files import atomic_write_text, check_writable_parent
+from mtl_decoder.files import atomic_write_text, check_writable_parent, staged_folder
 from mtl_decoder.inference import Predictor
 from mtl_decoder.processes import Processes
 from mtl_decoder.saved import CONFIG_FILE, load_model
@@ -217,7 +217,7 @@ def write_outputs(metrics: dict[str, Any], out_dir: Path) -> None:
     """metrics.json and report.md (each written whole, then renamed into place) and plots/."""
     from mtl_decoder.evaluation.plots import write_plots
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(metrics, out_dir / PLOTS_DIR)
-    atomic_write_text(out_dir / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
-    atomic_write_text(out_dir / REPORT_FILE, render_report(metrics, [p.relative_to(out_dir).as_posix() for p in plots]))
+    with staged_folder(out_dir) as stage:  # the outputs appear together, or (an error, SIGTERM) not at all
+        plots = write_plots(metrics, stage / PLOTS_DIR)
+        atomic_write_text(stage / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
+        atomic_write_text(stage / REPORT_FILE, render_report(metrics, [p.relative_to(stage).as_posix() for p in plots]))

@@ -43,7 +43,7 @@ import torch
 from mtl_decoder.config import TAGGING, parse_task_names
 from mtl_decoder.data.batching import EncodedExample, collator_for
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import AtomicFile, check_writable_parent, terminate_unwinds
+from mtl_decoder.files import AtomicFile, path_problem, terminate_unwinds
 from mtl_decoder.inference.segmenter import Segmenter, Word
 from mtl_decoder.model import MTLDecoder
 from mtl_decoder.saved import SavedModel, load_model
@@ -346,17 +346,14 @@ def stream_file(
     """``predict --stream``: the input ('-': stdin, read line by line) as one text, one JSON line per word to the
     output ('-': stdout, flushed per line; a file is written under a temporary name and renamed at the end)."""
     to_stdout, from_stdin = str(output) == "-", str(input) == "-"
-    if not from_stdin and not Path(input).is_file():
-        raise UserError(f"{input}: no such file" if not Path(input).exists() else f"{input}: is not a file")
+    problem = None if from_stdin else path_problem(input)
+    if problem:
+        raise UserError(f"{input}: {problem}")
     if not to_stdout:
+        from mtl_decoder.prediction.outputs import check_output
+
         output = Path(output)
-        check_writable_parent(output, "--output")
-        if not from_stdin and output.resolve() == Path(input).resolve():
-            raise UserError(f"{output}: the output would overwrite the input; choose another --output")
-        if output.is_dir():
-            raise UserError(f"{output}: is a folder; choose another --output")
-        if output.exists() and not force:
-            raise UserError(f"{output}: already exists (use --force to overwrite)")
+        check_output(input, output, force, model)
     saved = model if isinstance(model, SavedModel) else load_model(model, device)
     if gate_table is not None:
         from mtl_decoder.inference.gate_apply import apply_gate_table
@@ -370,7 +367,7 @@ def stream_file(
             if to_stdout:
                 _pump(tagger, source, from_stdin, _StdoutSink())
             else:
-                with AtomicFile(output) as sink:
+                with AtomicFile(output, force) as sink:
                     _pump(tagger, source, from_stdin, sink)
                     sink.commit()
         except UnicodeDecodeError as err:

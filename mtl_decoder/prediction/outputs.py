@@ -17,7 +17,7 @@ from typing import Any
 from mtl_decoder.config import TAGGING
 from mtl_decoder.data.iob import entities
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import check_writable_parent
+from mtl_decoder.files import FILE, STREAM, check_writable_parent, output_kind
 from mtl_decoder.inference import Prediction
 
 PREDICTIONS = "predictions"
@@ -30,24 +30,49 @@ def errors_path(output: str | Path) -> Path:
     return output.with_name((output.stem if output.suffix else output.name) + ".errors.jsonl")
 
 
-def check_targets(input_path: str | Path, output: Path, errors: Path, skip: bool, force: bool) -> None:
-    """Before any work: the output's folder can be written; neither the output nor its errors file is the input,
-    a folder, or (without ``force``) an existing file. The errors file of an earlier skip run counts in fail mode
-    too: ``predict`` removes it once the new output is written, so that it never describes another output."""
-    check_writable_parent(output, "--output")
-    source = Path(input_path).resolve()
-    for target in (output, errors):
-        if target.resolve() == source:
-            raise UserError(f"{target}: the output would overwrite the input; choose another --output")
-        if target.is_dir():
-            raise UserError(f"{target}: is a folder; choose another --output")
-        if target.exists() and not force:
-            if target == errors and not skip:
-                raise UserError(
-                    f"{target}: already exists, from an earlier --on-error skip run; use --force to remove it "
-                    "with the new output, or move it away"
-                )
-            raise UserError(f"{target}: already exists (use --force to overwrite)")
+def check_targets(
+    input_path: str | Path, output: Path, errors: Path, skip: bool, force: bool, model: Any = None
+) -> None:
+    """Before any work: ``check_output`` for the output and its errors file. A device or FIFO output has no
+    folder for skip mode's errors file. The errors file of an earlier skip run counts in fail mode too:
+    ``predict`` removes it once the new output is written, so that it never describes another output."""
+    if check_output(input_path, output, force, model) == STREAM and skip:
+        raise UserError(
+            f"{output}: a device or pipe; --on-error skip writes {errors.name} beside the output, which needs a "
+            "folder: give a file as --output, or use --on-error fail"
+        )
+    if errors.exists() and not force and not skip and output_kind(errors) != STREAM:
+        raise UserError(
+            f"{errors}: already exists, from an earlier --on-error skip run; use --force to remove it with the new "
+            "output, or move it away"
+        )
+    check_output(input_path, errors, force, model)
+
+
+def check_output(input_path: str | Path, target: Path, force: bool, model: Any = None) -> str:
+    """Before any work, one output path: its folder can be written; it is not the input, not inside the model's
+    folder (``model``: its path or a SavedModel), not a folder, a link or a socket, and (without ``force``) not an
+    existing file. Returns its ``files.output_kind``: a device or FIFO is written straight through."""
+    check_writable_parent(target, "--output")
+    kind = output_kind(target)
+    if kind == STREAM:
+        return kind
+    if str(input_path) != "-" and target.resolve() == Path(input_path).resolve():
+        raise UserError(f"{target}: the output would overwrite the input; choose another --output")
+    check_outside_model(target, getattr(model, "directory", model))
+    if kind == FILE and not force:
+        raise UserError(f"{target}: already exists (use --force to overwrite)")
+    return kind
+
+
+def check_outside_model(target: Path, model_dir: str | Path | None, what: str = "--output") -> None:
+    """An output never goes into a model folder: it could replace the model's own files (``--force``), and a
+    model folder holds only what ``save_model`` wrote."""
+    if model_dir is None or not Path(model_dir).is_dir():
+        return
+    inside = Path(model_dir).resolve()
+    if inside == target.resolve() or inside in target.resolve().parents:
+        raise UserError(f"{what} {target}: is inside the model folder {model_dir}; write outputs somewhere else")
 
 
 def word_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

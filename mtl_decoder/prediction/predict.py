@@ -208,7 +208,7 @@ def predict_file(
         output = Path(output)
         errors = errors_path(output)
         skip = on_error == "skip"
-        check_targets(input, output, errors, skip, force)
+        check_targets(input, output, errors, skip, force, model)
         saved = _with_gate_table(_load(model, device), gate_table)
         names = resolve_tasks(saved, tasks)
         predictor = Predictor.from_saved(saved, batch_size, precision, workers)
@@ -217,7 +217,7 @@ def predict_file(
             remove(stale)
             summary.removed.append(str(stale))
         show = sys.stderr.isatty() if progress is None else progress
-        with AtomicFile(output) as out, AtomicFile(errors) if skip else nullcontext() as bad:
+        with AtomicFile(output, force) as out, AtomicFile(errors, force) if skip else nullcontext() as bad:
             _stream(predictor, reader, names, out, bad, summary, show)
             summary.empty_lines = reader.empty_lines
             with unwinder.deferred():  # the files of this run go into place together

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -22,7 +21,7 @@ from typing import Any
 from accelerate import Accelerator
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, remove, stale_temporaries_in, temporary_sibling
+from mtl_decoder.files import atomic_write_json, remove, sha256_file, stale_temporaries_in, temporary_sibling
 
 STATE_FILE = "trainer_state.json"
 PREFIX = "step-"
@@ -42,11 +41,7 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path)
 
 
 def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
@@ -68,16 +63,23 @@ def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict
         tmp = temporary_sibling(final)
     tmp = Path(accelerator_broadcast_path(accelerator, str(tmp)))
     accelerator.wait_for_everyone()
-    with _expected_aliases_quiet(accelerator):
-        accelerator.save_state(str(tmp))
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        atomic_write_json(tmp / STATE_FILE, {**state, "files": file_manifest(tmp)})
-        if final.exists():
-            remove(final)
-        os.replace(tmp, final)
-        for old in checkpoint_dirs(root)[:-keep]:
-            remove(old)
+    try:
+        with _expected_aliases_quiet(accelerator):
+            accelerator.save_state(str(tmp))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            atomic_write_json(tmp / STATE_FILE, {**state, "files": file_manifest(tmp)})
+            if final.exists():
+                remove(final)
+            os.replace(tmp, final)
+            for old in checkpoint_dirs(root)[:-keep]:
+                remove(old)
+    except BaseException as err:  # a full disk, SIGTERM: the half-written folder goes, the older ones stay
+        if accelerator.is_main_process:
+            remove(tmp)
+        if isinstance(err, Exception) and not isinstance(err, UserError):
+            raise _write_failure(err, final, latest_checkpoint(root)) from None
+        raise
     accelerator.wait_for_everyone()
     return final
 
@@ -130,6 +132,17 @@ def _expected_aliases_quiet(accelerator: Accelerator) -> Iterator[None]:
         yield
     finally:
         target.removeFilter(quiet)
+
+
+def _write_failure(err: Exception, final: Path, last: Path | None) -> UserError:
+    """Saving states fails on a full disk with whatever the writer raises: an OSError, or from torch.save a
+    RuntimeError ('file write failed', 'unexpected pos ...'); one line naming the checkpoint either way."""
+    reason = (str(err).strip().splitlines() or [""])[0][:200]
+    hint = "" if isinstance(err, OSError) else "; a full disk or a file size limit?"
+    return UserError(
+        f"{final}: cannot write the checkpoint ({type(err).__name__}: {reason}{hint}); its temporary folder was "
+        f"removed; the last complete checkpoint is {last or 'none'}"
+    )
 
 
 def accelerator_broadcast_path(accelerator: Accelerator, path: str) -> str:

@@ -1,15 +1,31 @@
-"""What a resumed run may change: the stored config against the new one, before anything is written.
+"""What a resumed run may change: the stored config against the new one, and the data files against their
+fingerprints, before anything is written.
 
 A resume continues the same run, so whatever fixes the model's shapes, the data order or the meaning of the
 selection score must be the same. Keys that only steer how long or how verbosely the run goes on are honoured.
+The same holds for the data: a training or validation file rewritten in place (relabelled, grown) would go on
+under the old file's step count, epoch position and best score, so a changed one is refused. A file's
+fingerprint is its size and SHA-256 (of the whole file up to ``FULL_HASH_BYTES``; beyond, of ``SAMPLES``
+blocks spread over it, plus its modification time, since a sample can miss an edit).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import os
+from pathlib import Path
 from typing import Any
 
+from mtl_decoder.config import ExperimentConfig
 from mtl_decoder.errors import UserError
+from mtl_decoder.files import sha256_file
+
+FINGERPRINTED_SPLITS = ("train", "validation")
+"""The splits a run's steps and scores depend on (the test split is honoured: a resume never reads it)."""
+FULL_HASH_BYTES = 256 << 20
+"""Files up to this size are hashed whole (about a second); larger ones by samples."""
+SAMPLES, SAMPLE_BYTES = 64, 64 << 10
 
 HONOURED = (
     "training.max_steps",
@@ -72,3 +88,48 @@ def check_resume_changes(stored: dict[str, Any], new: dict[str, Any], config_pat
             f"{shown}{more}. Start a new run (another --output-dir) to change them"
         )
     return {k: v for k, v in changes.items() if k not in ("training.output_dir", "training.resume_from")}
+
+
+def data_fingerprints(cfg: ExperimentConfig) -> dict[str, dict[str, Any]]:
+    """Each local training and validation file of the config -> its fingerprint (hub datasets have none)."""
+    prints: dict[str, dict[str, Any]] = {}
+    for task in cfg.tasks.values():
+        if task.data.hub_id:
+            continue
+        for split in FINGERPRINTED_SPLITS:
+            where = getattr(task.data, split)
+            if where and where not in prints and Path(where).is_file():
+                prints[where] = fingerprint(Path(where))
+    return prints
+
+
+def fingerprint(path: Path) -> dict[str, Any]:
+    info = path.stat()
+    if info.st_size <= FULL_HASH_BYTES:
+        return {"bytes": info.st_size, "sha256": sha256_file(path)}
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for i in range(SAMPLES):
+            f.seek((info.st_size - SAMPLE_BYTES) * i // (SAMPLES - 1))
+            digest.update(f.read(SAMPLE_BYTES))
+    return {"bytes": info.st_size, "sha256_sampled": digest.hexdigest(), "mtime_ns": info.st_mtime_ns}
+
+
+def check_data_unchanged(stored: dict[str, dict[str, Any]] | None, now: dict[str, dict[str, Any]], where: str) -> None:
+    """A UserError listing the data files that differ from their fingerprints in ``where`` (the run's data.json);
+    nothing for a run from before fingerprints were kept (``stored`` None)."""
+    if stored is None:
+        return
+    changed = []
+    for path, before in stored.items():
+        after = now.get(path) or (fingerprint(Path(path)) if os.path.isfile(path) else None)
+        if after is None:
+            changed.append(f"{path} (gone)")
+        elif after != before:
+            size = f", {before['bytes']:,} -> {after['bytes']:,} bytes" if after["bytes"] != before["bytes"] else ""
+            changed.append(f"{path} (content differs{size})")
+    if changed:
+        raise UserError(
+            f"--resume: data changed since the run started (fingerprints in {where}): {'; '.join(changed)}. "
+            "Restore the files, or start a new run (another --output-dir) on the new data"
+        )

@@ -1,10 +1,15 @@
 """A run directory and what it holds; a run owns its folder.
 
-    RUN/  .mtl-decoder-run  config.yaml  tokenizer.json  labels.json  metrics.jsonl  summary.json
+    RUN/  .mtl-decoder-run  config.yaml  tokenizer.json  labels.json  data.json  metrics.jsonl  summary.json
           best/ (the model selected on validation)   checkpoints/step-NNNNNNN/ (resumable states)
 
 ``train`` writes into a folder only when it is empty, new, one of its own runs being resumed, or the user said
 ``--overwrite`` (which lists what it removes). Files found in a folder that is not a run are never read.
+One process at a time owns a run folder (``lock``: an advisory lock beside it, ``.RUN.mtl-lock``), so a second
+``train`` in it, with ``--overwrite`` or ``--resume``, stops at once naming the first one's PID. A run that fails
+before training starts (bad data found late, a model too large for memory, a full disk) leaves the folder as it
+found it (``abandon``). ``data.json`` holds a fingerprint of each training and validation file
+(``training.resume``), so a resume refuses data changed since.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import yaml
 
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_json, atomic_write_text, check_writable_parent, remove
+from mtl_decoder.locks import PathLock
 
 MARKER = ".mtl-decoder-run"
 CONFIG_FILE = "config.yaml"
@@ -26,6 +32,7 @@ TOKENIZER_FILE = "tokenizer.json"
 LABELS_FILE = "labels.json"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
+DATA_FILE = "data.json"
 BEST_DIR = "best"
 CHECKPOINTS_DIR = "checkpoints"
 
@@ -39,6 +46,9 @@ class RunDirectory:
         self.labels = self.path / LABELS_FILE
         self.metrics = self.path / METRICS_FILE
         self.summary = self.path / SUMMARY_FILE
+        self.data = self.path / DATA_FILE
+        self.created: bool | None = None
+        """Whether ``claim`` created the folder (None: not claimed by this process)."""
         self.best = self.path / BEST_DIR
         self.checkpoints = self.path / CHECKPOINTS_DIR
 
@@ -80,8 +90,26 @@ class RunDirectory:
             print(f"--overwrite: removing from {self.path}: {names}", file=sys.stderr, flush=True)
         for path in remove_first:
             remove(path)
+        self.created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.marker, {"created_by": "mtl-decoder"})
+
+    def lock(self) -> PathLock:
+        """This process's hold on the folder for the length of the run (a UserError naming the holder's PID)."""
+        check_writable_parent(self.path, "--output-dir")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return PathLock(self.path, "in use by a training run", "wait for it to end (or stop it)")
+
+    def abandon(self) -> list[Path]:
+        """Undo ``claim`` for a run that failed before its first checkpoint: remove the folder if this run created
+        it, else what it wrote there. Returns what was removed (nothing when the run was not claimed here)."""
+        if self.created is None or (self.checkpoints.is_dir() and any(self.checkpoints.iterdir())):
+            return []
+        removed = [self.path] if self.created else self.contents()
+        for path in removed:
+            remove(path)
+        self.created = None
+        return removed
 
     def check_resumable(self) -> None:
         if not self.is_run():
@@ -110,3 +138,15 @@ class RunDirectory:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_json(self.summary, summary)
+
+    def write_fingerprints(self, prints: dict[str, dict[str, Any]]) -> None:
+        atomic_write_json(self.data, prints)
+
+    def stored_fingerprints(self) -> dict[str, dict[str, Any]] | None:
+        """The data fingerprints written when the run started; None for a run from before they were kept."""
+        if not self.data.is_file():
+            return None
+        try:
+            return json.loads(self.data.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise UserError(f"{self.data}: cannot read the run's data fingerprints ({err})") from None

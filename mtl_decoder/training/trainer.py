@@ -29,15 +29,18 @@ from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.errors import UserError
 from mtl_decoder.evaluation.metrics import selection_score
 from mtl_decoder.evaluation.scoring import score_sources
+from mtl_decoder.files import Unwinder, terminate_unwinds
 from mtl_decoder.inference import Prediction, Predictor
+from mtl_decoder.locks import PathLock
 from mtl_decoder.model import build_model
 from mtl_decoder.runtime import default_device
 from mtl_decoder.saved import save_model
 from mtl_decoder.training.balancing import LossBalancer
 from mtl_decoder.training.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
+from mtl_decoder.training.failures import ending
 from mtl_decoder.training.logging import RunLogger, start_banner
 from mtl_decoder.training.memory import keep_freed_memory
-from mtl_decoder.training.resume import check_resume_changes
+from mtl_decoder.training.resume import check_data_unchanged, check_resume_changes, data_fingerprints
 from mtl_decoder.training.run_dir import RunDirectory
 from mtl_decoder.training.setup import (
     RunData,
@@ -70,12 +73,19 @@ def train(
     if not isinstance(config, ExperimentConfig):
         config = load_config(config, list(overrides))
     trainer = Trainer(config, output_dir, resume=resume, overwrite=overwrite)
-    try:
-        trainer.setup()
-        trainer.train()
-        return trainer.save()
-    finally:
-        trainer.cleanup()
+    with terminate_unwinds() as trainer.unwinder:  # SIGTERM unwinds: temporaries go, the lock is let go
+        try:
+            trainer.setup()
+            trainer.train()
+            return trainer.save()
+        except BaseException as err:
+            main = trainer.accelerator is None or trainer.accelerator.is_main_process
+            final = ending(err, trainer.run, trainer.started, main, trainer.state.step)
+            if final is err:
+                raise
+            raise final from None
+        finally:
+            trainer.cleanup()
 
 
 def _multi_process_cpu() -> bool:
@@ -111,6 +121,11 @@ class Trainer:
         """Fraction of training.max_minutes spent, the same on every process (the schedule follows it)."""
         self.trunk_report, self.state_cache_seconds = "", 0.0
         """A frozen trunk's state precompute: its log line and its one-time cost (not training time)."""
+        self.unwinder = Unwinder()
+        """Holds SIGTERM back while the best model and its checkpoint are written (``train`` sets a live one)."""
+        self.lock: PathLock | None = None
+        self.started = False
+        """Whether setup finished: a failure before that leaves the run folder as it was found."""
 
     # ------------------------------------------------------------------------------------------------ setup
 
@@ -127,9 +142,13 @@ class Trainer:
             project_dir=str(self.run.path),
         )
         checkpoint, honoured, to_remove = None, {}, []
+        if acc.is_main_process:  # one process at a time in a run folder, from before its first look at it
+            self.lock = self.run.lock()
+        self.fingerprints = data_fingerprints(cfg)  # before the data is read: a later change is a change
         if self.resume:  # everything a resume needs is checked before anything is read or written
             checkpoint = self._checkpoint_to_resume()
             honoured = check_resume_changes(self.run.stored_config(), cfg.to_dict(), str(self.run.config))
+            check_data_unchanged(self.run.stored_fingerprints(), self.fingerprints, str(self.run.data))
             self.verified = verify_checkpoint(checkpoint)  # a damaged file stops the run before the data is read
         else:
             to_remove = self.run.check_fresh(self.overwrite)
@@ -145,6 +164,7 @@ class Trainer:
         set_seed(cfg.training.seed, device_specific=True)
         if checkpoint is not None:
             self._restore(checkpoint, honoured)
+        self.started = True
 
     def _checkpoint_to_resume(self) -> Path:
         self.run.check_resumable()
@@ -169,6 +189,7 @@ class Trainer:
                 encoder.save(self.run.path)
                 self.run.write_labels(label_sets)
                 self.run.write_config(cfg.to_yaml())
+                self.run.write_fingerprints(self.fingerprints)
         kinds = {name: t.kind for name, t in cfg.tasks.items()}
         encoded, report = encode_sources(train, encoder, label_sets, kinds)
         return RunData(train, validation, label_sets, encoder, MultiTaskDataset(encoded), report)
@@ -378,11 +399,16 @@ class Trainer:
 
     def _validate_and_checkpoint(self) -> None:
         """Validate, keep the best model, save a resumable checkpoint; stop when patience has run out."""
-        st, acc = self.state, self.accelerator
         started = time.perf_counter()
         metrics = self.validate()
         score = selection_score(self.cfg.tasks, metrics)
-        improved = score > st.best_score
+        improved = score > self.state.best_score
+        with self.unwinder.deferred():  # SIGTERM waits for best/ and the checkpoint: --resume then has both
+            self._keep(metrics, score, improved, started)
+
+    def _keep(self, metrics: dict[str, dict[str, Any]], score: float, improved: bool, started: float) -> None:
+        """Write best/ (when improved), log the validation and save the resumable checkpoint."""
+        st, acc = self.state, self.accelerator
         if improved:
             st.best_score, st.best_step, st.best_metrics, st.bad_validations = score, st.step, metrics, 0
             if acc.is_main_process:
@@ -433,6 +459,8 @@ class Trainer:
         return result
 
     def cleanup(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
         if self.log is not None:
             self.log.close()
         if self.accelerator is None:

@@ -1,0 +1,120 @@
+"""What a path is, in words a user can act on: before anything is read or written.
+
+``path_problem`` says why a path cannot be read (not found, a folder, a symbolic link loop); ``check_name`` and
+``check_writable_parent`` why an output cannot be created there (a NUL, a name over ``NAME_MAX`` bytes, a parent
+that is a file or not writable); ``output_kind`` what an existing output is. An output is a regular file or a
+new path: a symbolic link, a socket or a block device is refused, never replaced; a character device or a FIFO
+(``/dev/null``, ``/dev/stdout``, a named pipe) is written straight through, since replacing it would destroy it
+(as root, ``--output /dev/null --force`` replaced the system's) and a reader of a pipe cannot wait for a rename.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from mtl_decoder.errors import UserError
+
+NAME_MAX = 255
+"""Bytes in one file name on the file systems we write to (ext4, xfs, btrfs, tmpfs)."""
+
+
+def os_reason(err: OSError) -> str:
+    """An OSError as the few words a user needs ('No space left on device', 'symbolic link loop')."""
+    if err.errno == errno.ELOOP:
+        return "a symbolic link loop"
+    if err.errno == errno.ENAMETOOLONG:
+        return "a name too long for the file system"
+    return err.strerror or str(err)
+
+
+def path_problem(path: str | Path, want: str = "file") -> str | None:
+    """Why ``path`` cannot be read as a ``want`` ('file' or 'folder'), in words, or None when it can. A FIFO or a
+    character device counts as a file (it can be read once, as a stream)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        dangling = os.path.islink(path)
+        return f"{want} not found" + (" (a symbolic link to a missing path)" if dangling else "")
+    except OSError as err:
+        return f"is {os_reason(err)}" if err.errno in (errno.ELOOP, errno.ENAMETOOLONG) else f"cannot be read ({err})"
+    except ValueError as err:  # a NUL byte in the name
+        return f"cannot be a file name ({err})"
+    if want == "folder":
+        return None if stat.S_ISDIR(info.st_mode) else "is a file, not a folder"
+    if stat.S_ISDIR(info.st_mode):
+        return "is a folder, not a file"
+    return None
+
+
+def check_name(path: str | Path, what: str = "output") -> None:
+    """A clear error for a name no file system takes: a NUL byte, or a part longer than NAME_MAX bytes."""
+    text = str(path)
+    if "\x00" in text:
+        raise UserError(f"{what} {text!r}: a file name cannot hold a NUL character")
+    for part in Path(path).parts:
+        size = len(part.encode("utf-8", "surrogateescape"))
+        if size > NAME_MAX:
+            raise UserError(
+                f"{what} {path}: the name '{part[:40]}...' is {size} bytes, longer than a file system allows "
+                f"({NAME_MAX}); choose a shorter {what}"
+            )
+
+
+def check_writable_parent(path: str | Path, what: str = "output") -> None:
+    """A clear error, before any work, when ``path`` cannot be created in its folder: an impossible name, a parent
+    is a file or a link loop, or the nearest existing one is not writable. ``what`` names the option in the
+    message (e.g. '--output')."""
+    check_name(path, what)
+    path = Path(path)
+    for parent in [path.parent, *path.parent.parents]:
+        try:
+            exists = os.path.exists(parent) or os.path.islink(parent)
+            if exists:
+                os.stat(parent)
+        except OSError as err:
+            raise UserError(f"{what} {path}: {parent} is {os_reason(err)}; choose another {what}") from None
+        if exists:
+            if not parent.is_dir():
+                raise UserError(f"{what} {path}: {parent} is a file, not a folder; choose another {what}")
+            if not os.access(parent, os.W_OK):
+                raise UserError(f"{what} {path}: folder {parent} is not writable; choose another {what}")
+            return
+
+
+NEW, FILE, STREAM = "new", "file", "stream"
+"""What an output path is (``output_kind``): nothing yet, a regular file, or a device or FIFO written through."""
+
+
+def output_kind(path: str | Path, what: str = "--output") -> str:
+    """NEW, FILE or STREAM for an output path; a UserError for anything an output must not replace: a folder, a
+    symbolic link (replacing it would turn the link into a file and leave its target stale), a link loop, a
+    socket or a block device."""
+    path = Path(path)
+    try:
+        link = os.lstat(path)
+    except FileNotFoundError:
+        return NEW
+    except OSError as err:
+        raise UserError(f"{what} {path}: {os_reason(err)}; choose another {what}") from None
+    try:
+        info = os.stat(path)
+    except OSError as err:
+        reason = "a symbolic link to a missing path" if isinstance(err, FileNotFoundError) else os_reason(err)
+        raise UserError(f"{what} {path}: is {reason}; choose another {what}") from None
+    mode = info.st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return STREAM
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{path}: is a folder; choose another {what}")
+    if stat.S_ISLNK(link.st_mode):
+        target = os.path.realpath(path)
+        raise UserError(
+            f"{what} {path}: is a symbolic link (to {target}); writing would replace the link with a file: give "
+            f"{target} itself, or another {what}"
+        )
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{what} {path}: is not a regular file (a socket or a block device); choose another {what}")
+    return FILE
