@@ -45,9 +45,17 @@ def run_evaluate(args: argparse.Namespace) -> None:
         output_dir=args.output,
         batch_size=args.batch_size,
         precision=args.precision,
+        cache_states=args.cache_states,
+        cache_dir=args.cache_dir,
     )
     for note in result.metrics["notes"]:
         print(f"note: {note}")
+    if result.states is not None:
+        s = result.states
+        print(
+            f"trunk states: {s['computed']:,} texts computed, {s['cached']:,} from the state cache, "
+            f"{s['repeated']:,} repeats inside the data"
+        )
     print(f"wrote {result.output_dir / METRICS_FILE}, {REPORT_FILE} and {PLOTS_DIR}/")
     print()
     print("\n".join(task_table(result.metrics)))
@@ -85,6 +93,8 @@ def run_predict(args: argparse.Namespace) -> None:
         precision=args.precision,
         workers=args.workers,
         gate_table=args.gate_table,
+        cache_states=args.cache_states,
+        cache_dir=args.cache_dir,
     )
     print(summary.report())
     if summary.all_failed:  # a run that predicted nothing is a failed run, even in skip mode
@@ -141,6 +151,7 @@ def add_evaluate(sub) -> None:
     p.add_argument("--output", help="output directory (default: MODEL/eval-SPLIT)")
     p.add_argument("--batch-size", type=int, help="examples per batch")
     add_precision_flag(p)
+    add_state_cache_flags(p)
     p.set_defaults(func=run_evaluate)
 
 
@@ -170,9 +181,11 @@ def add_predict(sub) -> None:
     p.add_argument(
         "--workers",
         type=int,
-        help="threads running batches side by side, each with its share of torch's threads (default: 2 where "
-        "torch has 2 or more threads or a GPU is used, else 1)",
+        help="threads running batches side by side, each with its share of torch's threads (default: 1 for a "
+        "pretrained trunk, which uses all of torch's threads; else 2 where torch has 2 or more threads or a GPU is "
+        "used, else 1)",
     )
+    add_state_cache_flags(p)
     p.add_argument(
         "--stream",
         action="store_true",
@@ -274,10 +287,26 @@ def add_build_gate_table(sub) -> None:
 def add_precision_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
-        choices=["fp32", "bf16", "fp16"],
+        choices=["fp32", "bf16", "fp16", "int8"],
         default="fp32",
         help="fp32 (default), or the model under bf16 / fp16 autocast: faster on hardware with half-precision "
-        "matrix units, close to but not identical to fp32; fp16 is for GPUs",
+        "matrix units, close to but not identical to fp32; fp16 is for GPUs; int8: dynamic int8 Linear modules "
+        "(native models and frozen trunks, the trunk's down_proj kept fp32), for CPUs",
+    )
+
+
+def add_state_cache_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="frozen trunk: the state cache's root folder (default: the model's model.trunk.cache_dir, else "
+        "$MTL_DECODER_CACHE/states, else ~/.cache/mtl-decoder/states)",
+    )
+    p.add_argument(
+        "--cache-states",
+        action="store_true",
+        help="frozen trunk: also write the states of new texts to the cache folder (default: only read it; at "
+        "most a bounded number of states is kept in memory either way)",
     )
 
 

@@ -157,11 +157,12 @@ def precompute_trunk_states(
         sequences += [e.ids for e in data.encoder.encode_batch(items) if not e.truncated]
     cache = states.cache
     before = len(cache)
-    bar = log.progress(len(sequences), 0, "trunk states") if log else None
+    bar = log.progress(len(sequences), 0, "trunk states", unit=" sequences") if log else None
     done = [0]
 
-    def progress(n: int, _total: int) -> None:
+    def progress(n: int, total: int) -> None:
         if bar is not None:
+            bar.total = total  # the distinct sequences not yet cached: what the trunk runs on
             bar.update(n - done[0])
         done[0] = n
 
@@ -171,9 +172,10 @@ def precompute_trunk_states(
         computed, seconds = states.precompute(sequences, batch_size, progress)
     if bar is not None:
         bar.close()
+    counts = states.precomputed
     report = (
         f"trunk states (layer {states.identity.layers} of {states.identity.source}): {computed:,} computed in "
-        f"{seconds / 60:.1f} min, {len(sequences) - computed:,} from the cache ({before:,} entries) at "
-        f"{cache.directory}"
+        f"{seconds / 60:.1f} min, {counts.cached:,} from the cache ({before:,} entries), {counts.repeats:,} repeats "
+        f"inside the data, at {cache.directory}"
     )
     return report, seconds
