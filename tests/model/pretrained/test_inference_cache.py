@@ -17,6 +17,7 @@ from hf_testkit import tiny_checkpoint
 from trunk_runs import batch, trained
 
 from mtl_decoder.cli import main
+from mtl_decoder.data.tasks import load_split
 from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.errors import UserError
 from mtl_decoder.inference import Predictor
@@ -27,7 +28,24 @@ from mtl_decoder.prediction import predict_texts
 from mtl_decoder.saved import load_model
 
 LABELS = {"ner": ["O", "B-ORG", "I-ORG"], "sentiment": ["negative", "positive"]}
-WORDS = "the EU rejects German call to boycott British lamb Peter went home rain fell on Monday".split()
+WORDS = [
+    "the",
+    "EU",
+    "rejects",
+    "German",
+    "call",
+    "to",
+    "boycott",
+    "British",
+    "lamb",
+    "Peter",
+    "went",
+    "home",
+    "rain",
+    "fell",
+    "on",
+    "Monday",
+]
 
 
 def _texts(n: int) -> list[str]:
@@ -165,3 +183,34 @@ def test_the_checkpoint_config_is_part_of_the_key(tmp_path):
     assert a.identity.sha256 == b.identity.sha256  # the same weights
     assert a.states.cache.directory != b.states.cache.directory
     assert a.states.cache.directory.parent == b.states.cache.directory.parent
+
+
+def test_evaluate_reads_the_training_states_and_writes_nothing(run, tmp_path, capsys):
+    folder = run.run_dir.parent / "state-cache"
+    before = _snapshot(folder)
+    out = tmp_path / "eval"
+    assert main(["evaluate", "--model", str(run.best), "--split", "validation", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    saved = load_model(run.best)
+    items = [ex.words if ex.words is not None else ex.text for s in load_split(saved.config.tasks, "validation")
+             for ex in s.examples]  # fmt: skip
+    whole = sum(not e.truncated for e in saved.encoder.encode_batch(items))
+    assert 0 < whole < len(items)
+    # training cached every validation text that fits; the windows of the longer ones are computed here
+    assert "from the state cache, 0 repeats inside the data" in printed
+    assert f"texts computed, {whole} from the state cache" in printed
+    assert _snapshot(folder) == before
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["precision"] == "fp32"
+
+
+def test_progress_counts_every_item_once_windows_included(run):
+    saved = load_model(run.best)
+    long = " ".join(_texts(40))  # far past data.max_length: tagged in several windows
+    items = [*_texts(9), long, *_texts(3)]
+    predictor = Predictor.from_saved(saved, batch_size=4, workers=1)
+    counts: list[int] = []
+    predictor.progress = counts.append
+    preds = list(predictor.predict(items))
+    assert preds[9].windows > 1
+    assert sum(counts) == len(items) and len(counts) > 1
