@@ -144,6 +144,14 @@ def compare(model_dir: str, precisions: list[str], data_root: Path) -> dict:
     return result
 
 
+def default_data_root() -> Path:
+    """../shared/data beside the checkout (or beside the folder of worktrees that holds it)."""
+    for root in (REPO.parent, REPO.parent.parent):
+        if (root / "shared" / "data").is_dir():
+            return root / "shared" / "data"
+    return REPO.parent / "shared" / "data"
+
+
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from spacy_throughput import cpu_name
@@ -151,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=str(REPO / "benchmarks" / "runs" / "ple" / "best"))
     parser.add_argument("--precisions", default="bf16", help="compared with fp32 (comma list: bf16, int8)")
-    parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--data-root", default=str(default_data_root()))
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
     model = Path(args.model).resolve()

@@ -195,6 +195,14 @@ def measure(args: argparse.Namespace) -> dict:
     }
 
 
+def default_data_root() -> Path:
+    """../shared/data beside the checkout (or beside the folder of worktrees that holds it)."""
+    for root in (REPO.parent, REPO.parent.parent):
+        if (root / "shared" / "data").is_dir():
+            return root / "shared" / "data"
+    return REPO.parent / "shared" / "data"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", action="append", help="a trained frozen-trunk model folder (repeatable)")
@@ -202,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", default="fp32,int8")
     parser.add_argument("--sentences", type=int, default=500, help="CoNLL-2003 test sentences")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per configuration")
-    parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--data-root", default=str(default_data_root()))
     parser.add_argument("--spacy-python", default=os.environ.get("SPACY_PYTHON", str(DEFAULT_SPACY_PYTHON)))
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "pretrained_throughput.json"))
     args = parser.parse_args(argv)

@@ -47,6 +47,10 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
         raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp16" and device.type == "cpu":
         raise UserError("precision fp16 is for GPUs: on a CPU use bf16 (or fp32)")
+    if precision == "int8" and device.type != "cpu":
+        raise UserError(
+            f"precision int8 is for CPUs (torch's dynamic int8 kernels), not {device.type}: use bf16 or fp16"
+        )
     return PRECISIONS[precision]
 
 
