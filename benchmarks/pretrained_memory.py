@@ -9,7 +9,7 @@ benchmarks/smollm2_checkpoint.py), else a byte-level BPE trained here on the gen
 configs/demo_pretrained.yaml's layers, untrained (memory does not depend on the weights), its state cache under a
 temporary MTL_DECODER_CACHE. Records: distinct generated sentences of 6-20 words, streamed through
 ``predict_texts`` (every task), one pass over max(--sizes) records; at each size the process's resident memory
-(VmRSS, and its peak VmHWM) and the size of the state-cache folder are printed and written to
+(VmRSS, its peak VmHWM, and VmRSS after malloc_trim) and the size of the state-cache folder are printed and written to
 benchmarks/results/pretrained_memory.json. The run is bounded by records, not time.
 """
 
@@ -135,6 +135,18 @@ def memory_kb() -> dict[str, int]:
     return out
 
 
+def trimmed_rss_kb() -> int | None:
+    """VmRSS after glibc's malloc_trim(0) hands freed heap pages back (None where there is no glibc): what is left
+    is memory in use, not freed memory the allocator kept."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return None
+    return memory_kb()["VmRSS"]
+
+
 def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
 
@@ -219,6 +231,7 @@ def measure(sizes: list[int], blocks: int, batch_size: int) -> dict:
                 "seconds": round(time.perf_counter() - started, 1),
                 "rss_mb": round(memory_kb()["VmRSS"] / 1024, 1),
                 "peak_rss_mb": round(memory_kb()["VmHWM"] / 1024, 1),
+                "rss_after_malloc_trim_mb": round((trimmed_rss_kb() or 0) / 1024, 1),
                 "states_in_memory": len(cache.memory),
                 "cache_folder_mb": round(folder_bytes(cache_root) / 2**20, 2),
                 "trunk_runs": cache.misses,
