@@ -11,6 +11,10 @@ temporary MTL_DECODER_CACHE. Records: distinct generated sentences of 6-20 words
 ``predict_texts`` (every task), one pass over max(--sizes) records; at each size the process's resident memory
 (VmRSS, its peak VmHWM, and VmRSS after malloc_trim) and the size of the state-cache folder are printed and written to
 benchmarks/results/pretrained_memory.json. The run is bounded by records, not time.
+
+Two bounded caches fill as it goes: the state cache (frozen.INFERENCE_ENTRIES states) and the collator's word
+features (data.batching.word_feature_row, an LRU of 262,144 words, about 0.85 MB per 1,000 words): every generated
+record holds a new number, so the second grows by one word per record until its bound (~220 MB), the worst case.
 """
 
 from __future__ import annotations
@@ -206,6 +210,7 @@ def frozen_model(checkpoint: Path, blocks: int):
 def measure(sizes: list[int], blocks: int, batch_size: int) -> dict:
     import torch
 
+    from mtl_decoder.data.batching import word_feature_row
     from mtl_decoder.prediction import predict_texts
 
     torch.set_num_threads(1)
@@ -233,6 +238,7 @@ def measure(sizes: list[int], blocks: int, batch_size: int) -> dict:
                 "peak_rss_mb": round(memory_kb()["VmHWM"] / 1024, 1),
                 "rss_after_malloc_trim_mb": round((trimmed_rss_kb() or 0) / 1024, 1),
                 "states_in_memory": len(cache.memory),
+                "word_feature_cache_entries": word_feature_row.cache_info().currsize,
                 "cache_folder_mb": round(folder_bytes(cache_root) / 2**20, 2),
                 "trunk_runs": cache.misses,
             }
