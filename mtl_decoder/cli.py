@@ -51,11 +51,19 @@ def run_evaluate(args: argparse.Namespace) -> None:
             output_dir=args.output,
             batch_size=args.batch_size,
             precision=args.precision,
+            cache_states=args.cache_states,
+            cache_dir=args.cache_dir,
         )
     if not is_main_process():  # under a launcher the main process reports for all
         return
     for note in result.metrics["notes"]:
         print(f"note: {note}")
+    if result.states is not None:
+        s = result.states
+        print(
+            f"trunk states: {s['computed']:,} texts computed, {s['cached']:,} from the state cache, "
+            f"{s['repeated']:,} repeats inside the data"
+        )
     print(f"wrote {result.output_dir / METRICS_FILE}, {REPORT_FILE} and {PLOTS_DIR}/")
     print()
     print("\n".join(task_table(result.metrics)))
@@ -99,6 +107,8 @@ def run_predict(args: argparse.Namespace) -> None:
         workers=args.workers,
         gate_table=args.gate_table,
         shard=args.shard,
+        cache_states=args.cache_states,
+        cache_dir=args.cache_dir,
     )
     if not is_main_process():  # under a launcher the main process reports for all
         return
@@ -158,6 +168,7 @@ def add_evaluate(sub) -> None:
     p.add_argument("--output", help="output directory (default: MODEL/eval-SPLIT)")
     p.add_argument("--batch-size", type=int, help="examples per batch")
     add_precision_flag(p)
+    add_state_cache_flags(p)
     p.set_defaults(func=run_evaluate)
 
 
@@ -190,9 +201,11 @@ def add_predict(sub) -> None:
     p.add_argument(
         "--workers",
         type=int,
-        help="threads running batches side by side, each with its share of torch's threads (default: 2 where "
-        "torch has 2 or more threads or a GPU is used, else 1)",
+        help="threads running batches side by side, each with its share of torch's threads (default: 1 for a "
+        "pretrained trunk, which uses all of torch's threads; else 2 where torch has 2 or more threads or a GPU is "
+        "used, else 1)",
     )
+    add_state_cache_flags(p)
     p.add_argument(
         "--stream",
         action="store_true",
@@ -321,10 +334,26 @@ def add_build_gate_table(sub) -> None:
 def add_precision_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
-        choices=["fp32", "bf16", "fp16"],
+        choices=["fp32", "bf16", "fp16", "int8"],
         default="fp32",
         help="fp32 (default), or the model under bf16 / fp16 autocast: faster on hardware with half-precision "
-        "matrix units, close to but not identical to fp32; fp16 is for GPUs",
+        "matrix units, close to but not identical to fp32; fp16 is for GPUs; int8: dynamic int8 Linear modules "
+        "(native models and frozen trunks, the trunk's down_proj kept fp32), for CPUs",
+    )
+
+
+def add_state_cache_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="frozen trunk: the state cache's root folder (default: the model's model.trunk.cache_dir, else "
+        "$MTL_DECODER_CACHE/states, else ~/.cache/mtl-decoder/states)",
+    )
+    p.add_argument(
+        "--cache-states",
+        action="store_true",
+        help="frozen trunk: also write the states of new texts to the cache folder (default: only read it; at "
+        "most a bounded number of states is kept in memory either way)",
     )
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from mtl_decoder.config import SPLITS, ExperimentConfig, TaskConfig, parse_task_names
 from mtl_decoder.data.tasks import Source, check_labels, load_split, source_key
@@ -42,6 +44,8 @@ class EvalResult:
     """The content of metrics.json: model, split, data, summary, tasks, experts, settings, notes."""
     output_dir: Path
     """Where metrics.json, report.md and plots/ were written."""
+    states: dict[str, int] | None = None
+    """A frozen trunk's state cache over the run (as PredictSummary.states), None for other models."""
 
     @property
     def tasks(self) -> dict[str, dict[str, Any]]:
@@ -65,6 +69,9 @@ def evaluate(
     batch_size: int | None = None,
     device: str | torch.device | None = None,
     precision: str = "fp32",
+    cache_states: bool = False,
+    cache_dir: str | Path | None = None,
+    progress: bool | None = None,
 ) -> EvalResult:
     """Evaluate the model in ``model_dir`` on ``split`` (the files the run's task files name for it).
 
@@ -72,7 +79,10 @@ def evaluate(
     ``data``: task -> file (or "TASK=PATH" strings) read with the task's own columns instead of its split.
     ``batch_size``: default the run's data.eval_batch_size, the size training-time validation used.
     ``device``: default the machine's accelerator when it has one, else the CPU.
-    ``precision``: fp32, or bf16 / fp16 autocast (see mtl_decoder.inference.PRECISIONS).
+    ``precision``: fp32, bf16 / fp16 autocast, or int8 (see mtl_decoder.inference.PRECISIONS).
+    ``cache_states``, ``cache_dir``: a frozen trunk's state cache (see Predictor.from_saved): read from its folder
+    under ``cache_dir`` (default the model's), written only with ``cache_states``.
+    ``progress``: a progress bar of examples on stderr (None: only when stderr is a terminal).
 
     Under a launcher (torchrun, accelerate launch) each process predicts its blocks of every source on its own
     device (``device`` is then each process's own); the predictions and the gate statistics are gathered, so the
@@ -104,12 +114,20 @@ def evaluate(
     for source in sources:
         check_labels(source, saved.label_sets, split)
     tracker = UtilisationTracker(saved.model, cfg.evaluation.position_buckets, cfg.evaluation.dead_expert_fraction)
-    predictor = Predictor.from_saved(saved, batch_size, precision)
+    predictor = Predictor.from_saved(saved, batch_size, precision, cache_states=cache_states, cache_dir=cache_dir)
     distribute = processes.distribute(predictor.buffer) if processes.world > 1 else None
-    scored = score_sources(predictor, sources, task_cfgs, saved.label_sets, names, tracker, distribute)
+    show = (sys.stderr.isatty() if progress is None else progress) and processes.is_main
+    total = sum(len(s.examples) for s in sources)
+    with tqdm(total=total, desc="evaluate", unit=" examples", disable=not show, delay=1.0, file=sys.stderr) as bar:
+        predictor.progress = bar.update
+        scored = score_sources(predictor, sources, task_cfgs, saved.label_sets, names, tracker, distribute)
+    predictor.progress = None
     if processes.world > 1:
         tracker.merge(processes.all_gather(tracker.stats))
     task_metrics = {name: scored[name] for name in names}
+    cache = predictor.state_cache
+    if cache is not None:
+        cache.flush()  # --cache-states: the last shard
 
     metrics = {
         "model": str(model_dir),
@@ -131,7 +149,8 @@ def evaluate(
     }
     if processes.is_main:
         write_outputs(metrics, out_dir)
-    return EvalResult(metrics, out_dir)
+    states = None if cache is None else {"computed": cache.misses, "cached": cache.hits, "repeated": cache.repeats}
+    return EvalResult(metrics, out_dir, states)
 
 
 # ------------------------------------------------------------------------------------------------ arguments

@@ -12,17 +12,23 @@ counted in ``Prediction.untagged``, never silently left 'O'.
 Precision: fp32 by default; bf16 (or fp16, on GPUs) runs the model under autocast: matrix products and attention
 in half precision, while the residual stream, norms, gates, output probabilities and the CRF stay float32. Faster
 where the hardware has half-precision matrix units, and not bit-identical to fp32 (benchmarks/README.md measures
-how far apart they are).
+how far apart they are). A frozen pretrained trunk always computes in its own dtype (autocast is switched off
+around it), so its cached states never depend on the precision. int8 quantises the Linear modules in place
+(``mtl_decoder.inference.quantize``).
+
+A frozen trunk's state cache, at inference (``from_saved``): read from its folder, written only with
+``cache_states``, at most ``INFERENCE_ENTRIES`` states in memory (``FrozenStates.for_inference``).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import torch
 
@@ -33,8 +39,8 @@ from mtl_decoder.errors import UserError
 from mtl_decoder.model import MTLDecoder, MTLOutput
 from mtl_decoder.saved import SavedModel
 
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-"""Inference precision -> the autocast dtype (None: plain float32)."""
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": None}
+"""Inference precision -> the autocast dtype (None: no autocast; int8 quantises the model instead)."""
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -44,6 +50,10 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
         raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp16" and device.type == "cpu":
         raise UserError("precision fp16 is for GPUs: on a CPU use bf16 (or fp32)")
+    if precision == "int8" and device.type != "cpu":
+        raise UserError(
+            f"precision int8 is for CPUs (torch's dynamic int8 kernels), not {device.type}: use bf16 or fp16"
+        )
     return PRECISIONS[precision]
 
 
@@ -99,10 +109,12 @@ class Predictor:
         workers: int | None = None,
     ):
         """``workers``: threads that run batches side by side, each with its share of torch's intra-op threads
-        on a CPU (None: 2 where torch has 2 or more threads or a GPU is used, else 1). A batch spends a third of
-        its time in Python (collating, decoding, and the caller writing results), which one thread per core
-        overlaps with the other's matrix products: on 2 CPU cores, 2 workers of 1 thread predict ~25% faster
-        than 1 worker of 2. Predictions do not depend on it beyond float rounding."""
+        on a CPU (None: ``default_workers``). A native model's batch spends a third of its time in Python
+        (collating, decoding, and the caller writing results), which one thread per core overlaps with the other's
+        matrix products: on 2 CPU cores, 2 workers of 1 thread predict ~25% faster than 1 worker of 2. A
+        pretrained trunk's batch is one large matrix product: 1 worker with all of torch's threads (356 words/s
+        against 184 with 2 workers, SmolLM2 on 2 cores). Predictions do not depend on it beyond float rounding.
+        ``precision`` int8 quantises ``model`` in place (it stays int8)."""
         if workers is not None and workers < 1:
             raise UserError(f"workers must be at least 1, got {workers}")
         if encoder.word_token != model.cfg.word_token_position:  # tags would be read where the model never learned
@@ -114,18 +126,48 @@ class Predictor:
         self.workers = workers
         self.device = next(model.parameters()).device
         self.autocast = autocast_dtype(precision, self.device)
+        self.precision = _apply_precision(model, precision)
         self.batch_size, self.buffer = batch_size, batch_size * buffer_batches
         self.kinds = {t.name: t.kind for t in model.tasks}
         self.collate = collator_for(model.cfg, encoder.pad_id, {})
+        self.progress: Callable[[int], None] | None = None
+        """Called after each batch with the number of items it completed (for a progress bar)."""
 
     @classmethod
     def from_saved(
-        cls, saved: SavedModel, batch_size: int | None = None, precision: str = "fp32", workers: int | None = None
+        cls,
+        saved: SavedModel,
+        batch_size: int | None = None,
+        precision: str = "fp32",
+        workers: int | None = None,
+        cache_states: bool = False,
+        cache_dir: str | Path | None = None,
     ) -> Predictor:
         """A Predictor for a loaded model folder; ``batch_size`` defaults to the run's data.eval_batch_size (the size
-        training-time validation used, so ``evaluate`` reproduces it)."""
+        training-time validation used, so ``evaluate`` reproduces it). A frozen trunk's state cache becomes an
+        inference one: its folder under ``cache_dir`` (default the saved model's model.trunk.cache_dir, else
+        $MTL_DECODER_CACHE/states, else ~/.cache/mtl-decoder/states) read, written only with ``cache_states``,
+        a bounded number of states in memory."""
         batch_size = batch_size or saved.config.data.eval_batch_size
-        return cls(saved.model, saved.encoder, saved.label_sets, batch_size, precision=precision, workers=workers)
+        predictor = cls(saved.model, saved.encoder, saved.label_sets, batch_size, precision=precision, workers=workers)
+        states = getattr(saved.model, "states", None)
+        if states is not None and hasattr(states, "for_inference"):
+            states.for_inference(cache_dir, write=cache_states)
+        return predictor
+
+    @property
+    def state_cache(self):
+        """The frozen trunk's StateCache (its hits, repeats and misses), or None."""
+        states = getattr(self.model, "states", None)
+        return getattr(states, "cache", None)
+
+    @property
+    def default_workers(self) -> int:
+        """1 for a pretrained trunk (all torch's threads on its matrix products); else 2 where torch has 2 or more
+        threads or a GPU is used, else 1."""
+        if getattr(self.model, "identity", None) is not None:
+            return 1
+        return 2 if self.device.type != "cpu" or torch.get_num_threads() >= 2 else 1
 
     def predict(
         self,
@@ -155,7 +197,7 @@ class Predictor:
             self.model.train(was_training)
 
     def _pool(self, threads: int) -> ThreadPoolExecutor | None:
-        workers = self.workers or (2 if self.device.type != "cpu" or threads >= 2 else 1)
+        workers = self.workers or self.default_workers
         if workers == 1:
             return None
         if self.device.type != "cpu":
@@ -197,11 +239,15 @@ class Predictor:
         return _Chunk(preds, best_score, batches, jobs)
 
     def _finish(self, chunk: _Chunk, on_batch) -> list[Prediction]:
+        left = Counter(p.item for pieces in chunk.batches for p in pieces)  # pieces (windows) per item still to come
         for pieces, job in zip(chunk.batches, chunk.jobs, strict=True):
             out, batch, decoded = job.result() if isinstance(job, Future) else job()
             if on_batch is not None:
                 on_batch(out, batch)
             self._merge(pieces, decoded, chunk.preds, chunk.best_score)
+            if self.progress is not None:
+                left.subtract(p.item for p in pieces)
+                self.progress(sum(left[i] == 0 for i in {p.item for p in pieces}))
         return chunk.preds
 
     def _windows(self, item: int, enc: Encoded) -> list[_Piece]:
@@ -276,3 +322,14 @@ class Predictor:
                     if centrality > scores[piece.start + w]:
                         scores[piece.start + w] = centrality
                         tags[piece.start + w] = labels[tag_id]
+
+
+def _apply_precision(model: MTLDecoder, precision: str) -> str:
+    """int8: quantise ``model`` in place (once); any other precision on a model already quantised is an error."""
+    from mtl_decoder.inference.quantize import is_int8, quantize_int8
+
+    if precision == "int8":
+        quantize_int8(model)
+    elif is_int8(model):
+        raise UserError(f"precision {precision}: this model was quantised to int8 in place; load it again")
+    return precision

@@ -68,7 +68,8 @@ def build_model(
     if trunk.mode == "frozen":
         from mtl_decoder.model.pretrained.frozen import FrozenDecoder, cache_for
 
-        return FrozenDecoder(config.model, specs, base, identity, cache_for(identity, trunk.dtype, trunk.cache_dir))
+        cache = cache_for(identity, trunk.dtype, trunk.cache_dir, base.config)
+        return FrozenDecoder(config.model, specs, base, identity, cache)
     from mtl_decoder.model.pretrained.finetuned import PretrainedDecoder
 
     return PretrainedDecoder(config.model, specs, base, identity)

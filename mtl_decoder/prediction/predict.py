@@ -66,6 +66,9 @@ class PredictSummary:
     seconds: float = 0.0
     precision: str = "fp32"
     """The model's inference precision (see mtl_decoder.inference.PRECISIONS)."""
+    states: dict[str, int] | None = None
+    """A frozen trunk's state cache: texts 'computed' by the trunk, found 'cached' (computed before this run),
+    and 'repeated' inside the input (computed earlier in this run); None for other models."""
     removed: list[str] = field(default_factory=list)
     """Files removed on the way: temporaries of a killed run, an earlier run's errors file (fail mode, force)."""
 
@@ -91,9 +94,16 @@ class PredictSummary:
             f"truncated {self.truncated:,}, tagged in windows {self.windowed:,}; "
             f"empty lines skipped {self.empty_lines:,}",
             f"{self.seconds:.1f} s ({self.precision}): {self.records_per_s:,.1f} records/s, "
-            f"{self.tokens_per_s:,.0f} tokens/s",
+            f"{self.tokens_per_s:,.0f} words/s",
             f"predictions -> {self.output}",
         ]
+        if self.states is not None:
+            s = self.states
+            lines.insert(
+                1,
+                f"trunk states: {s['computed']:,} texts computed, {s['cached']:,} from the state cache, "
+                f"{s['repeated']:,} repeats inside the input (the windows of a long text count apiece)",
+            )
         if self.errors is not None:
             lines.append(f"skipped records ({self.skipped:,}) -> {self.errors}")
         if self.removed:
@@ -125,15 +135,21 @@ def predict_texts(
     precision: str = "fp32",
     workers: int | None = None,
     gate_table: str | Path | None = None,
+    cache_states: bool = False,
+    cache_dir: str | Path | None = None,
 ) -> Iterator[dict[str, Any]]:
     """For each raw text or token list, in order: task name -> prediction (as in the output files). The model
     and the tasks are checked at once; a bad item (empty, not text, tokens not strings) raises UserError naming
     its index when the stream reaches it. ``precision``: fp32, bf16 or fp16 (GPUs); ``workers``: threads running
     batches side by side (see mtl_decoder.inference.Predictor); ``gate_table``: a table from build-gate-table
-    (mtl_decoder.inference.gate_table; a SavedModel given here keeps using it)."""
+    (mtl_decoder.inference.gate_table; a SavedModel given here keeps using it). A frozen trunk's states are read
+    from its cache folder under ``cache_dir`` (default: the model's) and written there only with ``cache_states``.
+    int8 quantises a SavedModel given here in place."""
     saved = _with_gate_table(_load(model, device), gate_table)
     names = resolve_tasks(saved, tasks)
-    predictor = Predictor.from_saved(saved, _check_batch_size(batch_size), precision, workers)
+    predictor = Predictor.from_saved(
+        saved, _check_batch_size(batch_size), precision, workers, cache_states=cache_states, cache_dir=cache_dir
+    )
     return _predict_items(predictor, items, names)
 
 
@@ -182,12 +198,14 @@ def predict_file(
     workers: int | None = None,
     gate_table: str | Path | None = None,
     shard: str | tuple[int, int] | None = None,
+    cache_states: bool = False,
+    cache_dir: str | Path | None = None,
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
-    ``progress``: a progress bar on stderr (None: only when stderr is a terminal); ``precision``, ``workers`` and
-    ``gate_table`` as in predict_texts. The input, the output's folder and the model are checked before anything
-    is predicted. Called from the main thread, SIGTERM raises ``mtl_decoder.files.Terminated`` (the previous
-    handler is back when this returns).
+    ``progress``: a progress bar on stderr (None: only when stderr is a terminal); ``precision``, ``workers``,
+    ``gate_table``, ``cache_states`` and ``cache_dir`` as in predict_texts. The input, the output's folder and the
+    model are checked before anything is predicted. Called from the main thread, SIGTERM raises
+    ``mtl_decoder.files.Terminated`` (the previous handler is back when this returns).
 
     Under a launcher (torchrun, accelerate launch) the processes share the work and the main one writes the same
     files one process would; ``shard`` ('K/N') predicts only shard K of N into a part file for merge-predictions
@@ -198,7 +216,7 @@ def predict_file(
         return predict_file_sharded(
             model, input, output, shard=shard, tasks=tasks, fmt=fmt, text_column=text_column, batch_size=batch_size,
             on_error=on_error, force=force, progress=progress, device=device, precision=precision, workers=workers,
-            gate_table=gate_table,
+            gate_table=gate_table, cache_states=cache_states, cache_dir=cache_dir,
         )  # fmt: skip
     with terminate_unwinds() as unwinder:
         if on_error not in ON_ERROR:
@@ -211,7 +229,9 @@ def predict_file(
         check_targets(input, output, errors, skip, force, model)
         saved = _with_gate_table(_load(model, device), gate_table)
         names = resolve_tasks(saved, tasks)
-        predictor = Predictor.from_saved(saved, batch_size, precision, workers)
+        predictor = Predictor.from_saved(
+            saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir
+        )
         summary = PredictSummary(str(input), str(output), str(errors) if skip else None, precision=precision)
         for stale in stale_temporaries(output) + stale_temporaries(errors):  # left by a killed run
             remove(stale)
@@ -253,7 +273,10 @@ def _stream(
             yield record.item
 
     start = perf_counter()
-    with tqdm(desc="predict", unit=" rec", disable=not progress, delay=1.0, mininterval=0.5, file=sys.stderr) as bar:
+    cache = predictor.state_cache
+    before = (cache.hits, cache.repeats, cache.misses) if cache is not None else None
+    bar = tqdm(desc="predict", unit=" records", disable=not progress, delay=1.0, mininterval=0.5, file=sys.stderr)
+    with bar:
         for pred in predictor.predict(items(), tasks):
             record = pending.popleft()
             out.write_json({**record.fields, PREDICTIONS: prediction_dict(pred, record.item, tasks, predictor.kinds)})
@@ -264,6 +287,11 @@ def _stream(
             summary.untagged_words += pred.untagged
             bar.update()
     summary.seconds = perf_counter() - start
+    if cache is not None:
+        cache.flush()  # --cache-states: the last shard
+        now = (cache.hits, cache.repeats, cache.misses)
+        hits, repeats, misses = (a - b for a, b in zip(now, before, strict=True))
+        summary.states = {"computed": misses, "cached": hits, "repeated": repeats}
 
 
 def _set_aside(record: BadRecord, path: str, bad: AtomicFile | None) -> None:

@@ -133,6 +133,8 @@ def predict_file_sharded(
     precision: str = "fp32",
     workers: int | None = None,
     gate_table: str | Path | None = None,
+    cache_states: bool = False,
+    cache_dir: str | Path | None = None,
 ) -> PredictSummary:
     """``predict_file`` over the launcher's processes and/or as shard K/N (see the module doc). Every process
     returns the summary of the whole run (of the shard, with ``shard``), which the main process printed."""
@@ -143,7 +145,7 @@ def predict_file_sharded(
         def prepare():
             return _prepare(
                 processes, model, input, output, shard, tasks, fmt, text_column, batch_size, on_error, force, device,
-                precision, workers, gate_table,
+                precision, workers, gate_table, cache_states, cache_dir,
             )  # fmt: skip
 
         reader, predictor, names, share, summary = _agree(processes, prepare)
@@ -153,6 +155,8 @@ def predict_file_sharded(
         bar = tqdm(desc="predict", unit=" rec", disable=not show, delay=1.0, mininterval=0.5, file=sys.stderr)
         try:
             seen = _run(reader, predictor, names, share, processes, writer, summary, skip, bar)
+            if predictor.state_cache is not None:
+                predictor.state_cache.flush()  # --cache-states: each process writes its own last shard
             summary.empty_lines = reader.empty_lines
             if writer is not None:
                 with unwinder.deferred():  # the files of this run go into place together
@@ -180,6 +184,8 @@ def _prepare(
     precision: str,
     workers: int | None,
     gate_table: str | Path | None,
+    cache_states: bool = False,
+    cache_dir: str | Path | None = None,
 ) -> tuple[InputReader, Predictor, list[str], Share, PredictSummary]:
     """Everything checked and loaded before the first record is read, on every process (the targets on the main
     one, which alone writes)."""
@@ -199,7 +205,9 @@ def _prepare(
     device = processes.device if processes.device is not None else device  # a launcher's process: its own
     saved = single._with_gate_table(single._load(model, device), gate_table)
     names = single.resolve_tasks(saved, tasks)
-    predictor = Predictor.from_saved(saved, batch_size, precision, workers)
+    predictor = Predictor.from_saved(
+        saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir
+    )
     share = Share(predictor.buffer, k, n, processes.rank, processes.world)
     errors_file = str(errors) if skip and shard is None else None  # a shard's skipped records are in its part
     summary = PredictSummary(str(input), str(output), errors_file, precision=precision)

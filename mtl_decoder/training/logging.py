@@ -97,10 +97,10 @@ class RunLogger:
         for line in lines:
             self.info(line)
 
-    def progress(self, total: int, done: int, desc: str):
+    def progress(self, total: int, done: int, desc: str, unit: str = "batch"):
         if not (self.main and self.progress_enabled):
             return _NoBar()
-        return tqdm(total=total, initial=done, desc=desc, unit="batch", dynamic_ncols=True, leave=False)
+        return tqdm(total=total, initial=done, desc=desc, unit=unit, dynamic_ncols=True, leave=False)
 
     def _write(self, record: dict[str, Any]) -> None:
         if not self.main:

@@ -164,11 +164,12 @@ def precompute_trunk_states(
     before = len(cache)
     mine = _share(sequences, accelerator.process_index, accelerator.num_processes)
     states.to(accelerator.device)  # the trunk only; the model follows in prepare
-    bar = log.progress(len(mine), 0, "trunk states") if log else None
+    bar = log.progress(len(mine), 0, "trunk states", unit=" sequences") if log else None
     done = [0]
 
-    def progress(n: int, _total: int) -> None:
+    def progress(n: int, total: int) -> None:
         if bar is not None:
+            bar.total = total  # the distinct sequences not yet cached: what the trunk runs on
             bar.update(n - done[0])
         done[0] = n
 
@@ -182,10 +183,11 @@ def precompute_trunk_states(
         counts = counts.view(-1, 2)
         computed, seconds = int(counts[:, 0].sum()), float(counts[:, 1].max())  # wall time: the slowest share
     processes = f" by {accelerator.num_processes} processes" if accelerator.num_processes > 1 else ""
+    distinct = len({tuple(ids) for ids in sequences})
     report = (
         f"trunk states (layer {states.identity.layers} of {states.identity.source}): {computed:,} computed in "
-        f"{seconds / 60:.1f} min{processes}, {len(sequences) - computed:,} from the cache ({before:,} entries) at "
-        f"{cache.directory}"
+        f"{seconds / 60:.1f} min{processes}, {distinct - computed:,} from the cache ({before:,} entries), "
+        f"{len(sequences) - distinct:,} repeats inside the data, at {cache.directory}"
     )
     from mtl_decoder.model.pretrained.layermix import cache_footprint  # the trunk's own imports stay lazy
 

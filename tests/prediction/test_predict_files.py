@@ -105,7 +105,7 @@ def test_skip_mode_sets_bad_records_aside_with_counts(model_dir, tmp_path, capsy
     assert main([*args, "--on-error", "skip", "--batch-size", "2"]) == 0
     report = capsys.readouterr().out
     assert "read 5 records: predicted 4, skipped 1" in report and "empty lines skipped 1" in report
-    assert "records/s" in report and "tokens/s" in report
+    assert "records/s" in report and "words/s" in report
     assert [r["text"] for r in read_jsonl(out)] == [t for i, t in enumerate(texts()) if i != 2]
     [error] = read_jsonl(tmp_path / "out.errors.jsonl")
     assert error["line"] == 4 and error["reason"].startswith("malformed JSON")

@@ -1,19 +1,31 @@
 """Mode 'frozen': a pretrained trunk's hidden states at block N, computed once per token sequence and cached on
 disk, read by native PLE decoder layers trained on top (the mode that fits a CPU).
 
-The states of a sequence depend only on the trunk's weights, the blocks kept, the dtype and the token ids, so the
-cache is keyed by exactly those: a folder per (weights hash, blocks, dtype), a file entry per hash of the ids.
-Shards are safetensors files written whole and renamed into place, never modified: several runs (or processes)
-can share a cache folder, and reading one never unpickles anything.
+The states of a sequence depend only on the trunk's weights, the blocks kept, the dtype, its config (rope_theta,
+rms_norm_eps, a sliding window, ...), how it computes (float32, or int8 weights) and the token ids, so the cache is
+keyed by exactly those: a folder per (weights hash, blocks, dtype, compute, config hash), a file entry per hash of
+the ids. The trunk always runs in its own dtype, with autocast switched off around it: a bf16 autocast around the
+model (``--precision bf16``) never reaches the states, so they never depend on it. Shards are safetensors files
+written whole and renamed into place, never modified: several runs (or processes) can share a cache folder, and
+reading one never unpickles anything. Folders of an older key format are simply not found (a miss, recomputed).
+
+Training keeps every state in memory and writes them all to disk (its precompute is read back on every epoch).
+Inference (``evaluate``, ``predict``; ``FrozenStates.for_inference``) reads the folder but keeps at most
+``INFERENCE_ENTRIES`` states in memory, least recently used dropped first, and writes nothing unless asked
+(``--cache-states``): memory and disk stay flat however many texts it predicts.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,26 +38,69 @@ from mtl_decoder.files import temporary_sibling
 from mtl_decoder.model.decoder import MTLDecoder
 from mtl_decoder.model.heads import TaskHeadSpec
 from mtl_decoder.model.layers import make_norm
-from mtl_decoder.model.pretrained.hub import BaseIdentity
+from mtl_decoder.model.pretrained.hub import DTYPES, BaseIdentity
 
 STORE_DTYPE = torch.float16
 """Cached states are stored in half precision: half the disk and memory, far below what the layers above resolve."""
+
+INFERENCE_ENTRIES = 2048
+"""States an inference run keeps in memory (least recently used dropped first): the texts of many batches and the
+repeats near each other, a bounded ~100 MB at SmolLM2's width (576) and 40 sub-words a text."""
+
+KEY_FORMAT = 2
+"""Version of the folder key; folders of format 1 (weights hash, blocks, dtype only) are never read."""
+
+VOLATILE_CONFIG_KEYS = frozenset(
+    {"_name_or_path", "_model_name_or_path", "transformers_version", "architectures", "dtype", "torch_dtype",
+     "output_hidden_states", "output_attentions", "return_dict", "use_cache", "id2label", "label2id", "problem_type",
+     "_attn_implementation", "_attn_implementation_autoset", "tokenizer_class"}
+)  # fmt: skip
+"""Config entries that do not change the states (where the config was read from, output switches, the weights'
+dtype, which the folder names on its own): left out of the config hash so that the same trunk keys the same way
+whether loaded from its checkpoint or from a saved model's trunk/ folder."""
 
 
 def default_cache_root() -> Path:
     return Path(os.environ.get("MTL_DECODER_CACHE", Path.home() / ".cache" / "mtl-decoder")) / "states"
 
 
-class StateCache:
-    """(T_i, H) hidden states by token sequence, in memory and (when ``directory`` is set) on disk."""
+def config_digest(config: Any) -> str:
+    """sha256 of a trunk's config (a transformers PretrainedConfig or a dict) without VOLATILE_CONFIG_KEYS."""
+    entries = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    kept = {k: v for k, v in entries.items() if k not in VOLATILE_CONFIG_KEYS}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
-    def __init__(self, directory: Path | None, flush_every: int = 1024):
+
+def cache_folder(identity: BaseIdentity, dtype: str, config: Any = None, compute: str = "fp32") -> str:
+    """The folder name of a trunk's states: the one rule that keys them (see the module doc)."""
+    digest = config_digest(config)[:12] if config is not None else "none"
+    return (
+        f"{identity.architecture}-{identity.sha256[:16]}-L{identity.layers}-{dtype}-{compute}-c{digest}-k{KEY_FORMAT}"
+    )
+
+
+class StateCache:
+    """(T_i, H) hidden states by token sequence, in memory and (when ``directory`` is set) on disk.
+
+    ``write``: put() also writes new states to ``directory`` (in shards of ``flush_every``); False: the folder is
+    only read. ``max_entries``: keep at most this many states in memory, least recently used dropped first (None:
+    all, as training needs); a state read from disk is then read alone, not with its whole shard."""
+
+    def __init__(
+        self, directory: Path | None, flush_every: int = 1024, *, write: bool = True, max_entries: int | None = None
+    ):
+        if max_entries is not None and max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         self.directory, self.flush_every = directory, flush_every
-        self.memory: dict[str, torch.Tensor] = {}
+        self.write, self.max_entries = write, max_entries
+        self.memory: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.on_disk: dict[str, Path] = {}
         self.pending: dict[str, torch.Tensor] = {}
         self._indexed: set[Path] = set()
-        self.hits = self.misses = 0
+        self._computed: set[str] = set()
+        """Keys put() by this cache that are still in memory: finding one again is a repeat inside the data."""
+        self.hits = self.misses = self.repeats = 0
+        """Rows found (cached before they were asked for), computed, and found again after this cache computed them."""
         self.rescan()
 
     def rescan(self) -> None:
@@ -63,17 +118,45 @@ class StateCache:
         return hashlib.blake2b(np.asarray(list(ids), dtype=np.int64).tobytes(), digest_size=16).hexdigest()
 
     def __contains__(self, key: str) -> bool:
-        return key in self.memory or key in self.on_disk
+        return key in self.memory or key in self.pending or key in self.on_disk
 
     def __len__(self) -> int:
-        return len(self.memory.keys() | self.on_disk.keys())
+        return len(self.memory.keys() | self.pending.keys() | self.on_disk.keys())
 
     def get(self, key: str) -> torch.Tensor | None:
         found = self.memory.get(key)
+        if found is not None:
+            self.memory.move_to_end(key)
+            return found
+        found = self.pending.get(key)  # written soon; dropped from memory by the bound meanwhile
         if found is None and key in self.on_disk:
-            self._load_shard(self.on_disk[key])
-            found = self.memory[key]
+            if self.max_entries is None:
+                self._load_shard(self.on_disk[key])
+                return self.memory[key]
+            with safe_open(str(self.on_disk[key]), framework="pt") as f:
+                found = f.get_tensor(key).clone()  # copied out of the mapping (see _load_shard)
+        if found is not None:
+            self._remember(key, found)
         return found
+
+    def lookup(self, key: str) -> torch.Tensor | None:
+        """get(), counting the row as a hit, a repeat (this cache computed it) or a miss (None)."""
+        found = self.get(key)
+        if found is None:
+            self.misses += 1
+        elif key in self._computed:
+            self.repeats += 1
+        else:
+            self.hits += 1
+        return found
+
+    def _remember(self, key: str, states: torch.Tensor) -> None:
+        self.memory[key] = states
+        self.memory.move_to_end(key)
+        if self.max_entries is not None:
+            while len(self.memory) > self.max_entries:
+                dropped, _ = self.memory.popitem(last=False)
+                self._computed.discard(dropped)
 
     def _load_shard(self, shard: Path) -> None:
         """Read every entry of a shard into memory at once (batches draw from all shards, so the rest is needed
@@ -84,17 +167,20 @@ class StateCache:
                 if name not in self.memory:
                     self.memory[name] = f.get_tensor(name).clone()
 
-    def put(self, key: str, states: torch.Tensor) -> None:
+    def put(self, key: str, states: torch.Tensor) -> torch.Tensor:
+        """Cache ``states`` (stored as STORE_DTYPE); returns the stored tensor."""
         states = states.detach().to("cpu", STORE_DTYPE).contiguous()
-        self.memory[key] = states
-        if self.directory is not None:
+        self._remember(key, states)
+        self._computed.add(key)
+        if self.write and self.directory is not None:
             self.pending[key] = states
             if len(self.pending) >= self.flush_every:
                 self.flush()
+        return states
 
     def flush(self) -> None:
         """Write the states computed since the last flush as one new shard (whole, then renamed into place)."""
-        if not self.pending or self.directory is None:
+        if not self.pending or self.directory is None or not self.write:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"shard-{time.time_ns()}-{os.getpid()}.safetensors"
@@ -104,6 +190,25 @@ class StateCache:
         self.on_disk.update(dict.fromkeys(self.pending, final))
         self._indexed.add(final)
         self.pending = {}
+
+
+@dataclass
+class PrecomputeCounts:
+    """What one precompute did, in sequences."""
+
+    sequences: int
+    """Sequences asked for, repeats inside the data included."""
+    distinct: int
+    """Distinct token sequences among them."""
+    cached: int
+    """Distinct sequences already in the cache (memory or folder) before the precompute."""
+    computed: int
+    """Distinct sequences run through the trunk."""
+    seconds: float
+
+    @property
+    def repeats(self) -> int:
+        return self.sequences - self.distinct
 
 
 class FrozenStates(nn.Module):
@@ -117,6 +222,12 @@ class FrozenStates(nn.Module):
         base.requires_grad_(False)
         self.__dict__["base"] = base
         self.identity, self.cache = identity, cache
+        floating = next((p.dtype for p in base.parameters() if p.is_floating_point()), torch.float32)
+        self.dtype = next((name for name, d in DTYPES.items() if d == floating), str(floating))
+        self.compute_tag = "fp32"
+        """How the trunk computes, part of the cache key: 'fp32' (its own dtype), or e.g. 'int8' (set_compute)."""
+        self.precomputed: PrecomputeCounts | None = None
+        """The last precompute's counts."""
 
     def _apply(self, fn, recurse: bool = True):
         self.base._apply(fn)
@@ -127,31 +238,69 @@ class FrozenStates(nn.Module):
         """H: the width of a token's cached states (layermix.LayerStates caches several blocks side by side)."""
         return self.identity.hidden_size
 
+    # ---------------------------------------------------------------------------------------------- the cache
+
+    def folder(self, root: Path) -> Path:
+        return root / cache_folder(self.identity, self.dtype, self.base.config, self.compute_tag)
+
+    def for_inference(
+        self, cache_dir: str | Path | None = None, write: bool = False, max_entries: int | None = None
+    ) -> StateCache:
+        """Switch to the cache of an inference run: the folder of this trunk under ``cache_dir`` (default the
+        current cache's root), read, written only with ``write`` (``--cache-states``), at most ``max_entries``
+        (default INFERENCE_ENTRIES) states in memory. Returns the new cache."""
+        max_entries = max_entries or INFERENCE_ENTRIES
+        current = self.cache.directory
+        if cache_dir is not None:
+            directory: Path | None = self.folder(Path(cache_dir).expanduser())
+        else:
+            directory = self.folder(current.parent) if current is not None else None
+        self.cache = StateCache(directory, self.cache.flush_every, write=write, max_entries=max_entries)
+        return self.cache
+
+    def set_compute(self, tag: str) -> None:
+        """The trunk now computes differently (e.g. int8 weights): its states go to (and come from) their own
+        folder, with the cache's other settings kept."""
+        self.cache.flush()
+        self.compute_tag = tag
+        old = self.cache
+        directory = self.folder(old.directory.parent) if old.directory is not None else None
+        self.cache = StateCache(directory, old.flush_every, write=old.write, max_entries=old.max_entries)
+
+    # ---------------------------------------------------------------------------------------------- states
+
     @torch.no_grad()
     def compute(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """The trunk's last hidden states (causal, as pretrained), float32, padding rows left as computed."""
+        """The trunk's last hidden states (causal, as pretrained), float32, padding rows left as computed. Autocast
+        is switched off around the trunk: it computes in its own dtype whatever precision the layers above use,
+        so that its cached states never depend on the caller's precision."""
         self.base.eval()
-        out = self.base(input_ids=input_ids, attention_mask=attention_mask.long(), use_cache=False)
+        with torch.autocast(input_ids.device.type, enabled=False):
+            out = self.base(input_ids=input_ids, attention_mask=attention_mask.long(), use_cache=False)
         return out.last_hidden_state.float()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         B, T = input_ids.shape
         lengths = attention_mask.sum(1).tolist()
         keys = [StateCache.key(row[:n]) for row, n in zip(input_ids.tolist(), lengths, strict=True)]
-        found = [self.cache.get(k) for k in keys]
-        missing = [i for i, f in enumerate(found) if f is None]
-        self.cache.hits += B - len(missing)
-        self.cache.misses += len(missing)
+        found: dict[str, torch.Tensor | None] = {}
+        first: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            if key in found:
+                self.cache.repeats += 1  # the same text twice in one batch: computed once
+                continue
+            found[key], first[key] = self.cache.lookup(key), i
+        missing = [first[k] for k, f in found.items() if f is None]
         if missing:
             rows = torch.tensor(missing, device=input_ids.device)
-            computed = self.compute(input_ids[rows], attention_mask[rows])
-            for j, i in enumerate(missing):
-                self.cache.put(keys[i], computed[j, : lengths[i]])
-                found[i] = self.cache.get(keys[i])
+            longest = max(lengths[i] for i in missing)  # the cached rows may have been the longest ones
+            computed = self.compute(input_ids[rows, :longest], attention_mask[rows, :longest])
+            for j, i in enumerate(missing):  # the stored (half-precision) states: the same whether new or cached
+                found[keys[i]] = self.cache.put(keys[i], computed[j, : lengths[i]])
         H = self.width
         states = torch.zeros(B, T, H, device=input_ids.device)
-        for i, f in enumerate(found):
-            states[i, : lengths[i]] = f.to(device=input_ids.device, dtype=torch.float32)
+        for i, key in enumerate(keys):
+            states[i, : lengths[i]] = found[key].to(device=input_ids.device, dtype=torch.float32)
         return states
 
     def precompute(
@@ -160,10 +309,11 @@ class FrozenStates(nn.Module):
         batch_size: int = 32,
         progress: Callable[[int, int], None] | None = None,
     ) -> tuple[int, float]:
-        """Fill the cache for every sequence not yet in it, longest batches first; (computed, seconds)."""
-        todo = {StateCache.key(ids): ids for ids in sequences}
-        todo = {k: ids for k, ids in todo.items() if k not in self.cache}
-        order = sorted(todo.items(), key=lambda item: -len(item[1]))
+        """Fill the cache for every sequence not yet in it, longest batches first; (computed, seconds).
+        ``progress(done, total)`` counts distinct sequences computed; ``self.precomputed`` holds the counts."""
+        distinct = {StateCache.key(ids): ids for ids in sequences}
+        todo = {k: ids for k, ids in distinct.items() if k not in self.cache}
+        order = sorted(todo.items(), key=lambda item: -len(item[1]))  # length-sorted: little padding
         started, done = time.perf_counter(), 0
         device = next(iter(self.base.parameters())).device
         for start in range(0, len(order), batch_size):
@@ -181,7 +331,10 @@ class FrozenStates(nn.Module):
             if progress is not None:
                 progress(done, len(order))
         self.cache.flush()
-        return len(order), time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        cached = len(distinct) - len(todo)
+        self.precomputed = PrecomputeCounts(len(sequences), len(distinct), cached, len(order), seconds)
+        return len(order), seconds
 
 
 class FrozenDecoder(MTLDecoder):
@@ -209,7 +362,8 @@ class FrozenDecoder(MTLDecoder):
         return self.state_dict()
 
 
-def cache_for(identity: BaseIdentity, dtype: str, cache_dir: str | None) -> StateCache:
-    """The state cache of this trunk: its own folder under ``cache_dir`` (default ~/.cache/mtl-decoder/states)."""
+def cache_for(identity: BaseIdentity, dtype: str, cache_dir: str | None, config: Any = None) -> StateCache:
+    """The state cache of this trunk: its own folder under ``cache_dir`` (default ~/.cache/mtl-decoder/states), keyed
+    by ``config`` too (the trunk's transformers config; pass it: without, the folder is keyed 'none')."""
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_root()
-    return StateCache(root / f"{identity.architecture}-{identity.sha256[:16]}-L{identity.layers}-{dtype}")
+    return StateCache(root / cache_folder(identity, dtype, config))

@@ -27,7 +27,16 @@ from mtl_decoder.errors import UserError
 from mtl_decoder.model.experts import RouteLayout
 from mtl_decoder.model.heads import TaskHeadSpec
 from mtl_decoder.model.layers import make_norm
-from mtl_decoder.model.pretrained.frozen import STORE_DTYPE, FrozenDecoder, FrozenStates, StateCache, default_cache_root
+from mtl_decoder.model.pretrained.frozen import (
+    INFERENCE_ENTRIES,
+    KEY_FORMAT,
+    STORE_DTYPE,
+    VOLATILE_CONFIG_KEYS,
+    FrozenDecoder,
+    FrozenStates,
+    StateCache,
+    default_cache_root,
+)
 from mtl_decoder.model.pretrained.hub import BaseIdentity, decoder_layers
 
 _DEPTH_KEYS = ("num_hidden_layers", "n_layer", "layer_types")
@@ -46,9 +55,8 @@ def prefix_digests(base: nn.Module, blocks: Iterable[int]) -> dict[int, str]:
     """Block i -> a hash of what its states depend on: the config (depth left out), and in state-dict order the
     weights in front of the blocks (embeddings) and those of blocks 1..i. One pass over the weights."""
     wanted = sorted(set(blocks))
-    config = {k: v for k, v in base.config.to_dict().items() if k not in _DEPTH_KEYS and not k.startswith("_")}
-    for key in ("transformers_version", "architectures", "torch_dtype", "dtype"):
-        config.pop(key, None)
+    skip = VOLATILE_CONFIG_KEYS | set(_DEPTH_KEYS)  # the same entries frozen.config_digest leaves out, and depth
+    config = {k: v for k, v in base.config.to_dict().items() if k not in skip and not k.startswith("_")}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     pattern = re.compile(rf"^{re.escape(blocks_attribute(base))}\.(\d+)\.")
     by_block: dict[int, list[tuple[str, torch.Tensor]]] = {}
@@ -79,9 +87,11 @@ class LayeredCache:
 
     key = staticmethod(StateCache.key)
 
-    def __init__(self, caches: dict[int, StateCache], width: int):
-        self.caches, self.width = caches, width
-        self.hits = self.misses = 0
+    def __init__(self, caches: dict[int, StateCache], width: int, digests: dict[int, str]):
+        self.caches, self.width, self.digests = caches, width, digests
+        self.hits = self.misses = self.repeats = 0
+        first = next(iter(caches.values()))
+        self.flush_every, self.write, self.max_entries = first.flush_every, first.write, first.max_entries
 
     @property
     def directory(self) -> Path | None:
@@ -103,11 +113,25 @@ class LayeredCache:
         parts = [cache.get(key) for cache in self.caches.values()]
         return None if any(p is None for p in parts) else torch.cat(parts, dim=-1)  # (T, L*H)
 
-    def put(self, key: str, states: torch.Tensor) -> None:
-        """Store each block's (T, H) slice of (T, L*H) ``states`` where that block does not hold it yet."""
+    def lookup(self, key: str) -> torch.Tensor | None:
+        """get(), counting the row as a hit, a repeat (this cache computed it) or a miss, as StateCache.lookup."""
+        found = self.get(key)
+        if found is None:
+            self.misses += 1
+        elif all(key in cache._computed for cache in self.caches.values()):
+            self.repeats += 1
+        else:
+            self.hits += 1
+        return found
+
+    def put(self, key: str, states: torch.Tensor) -> torch.Tensor:
+        """Store each block's (T, H) slice of (T, L*H) ``states`` where that block does not hold it yet; returns
+        the stored (T, L*H) states (each block's as it is cached)."""
+        parts = []
         for cache, part in zip(self.caches.values(), states.split(self.width, dim=-1), strict=True):
-            if key not in cache:
-                cache.put(key, part)
+            stored = cache.get(key) if key in cache else None
+            parts.append(stored if stored is not None else cache.put(key, part))
+        return torch.cat(parts, dim=-1)
 
     def flush(self) -> None:
         for cache in self.caches.values():
@@ -122,15 +146,33 @@ class LayeredCache:
         )
 
 
-def layered_cache(base: nn.Module, identity: BaseIdentity, blocks: list[int], dtype: str, cache_dir: str | None):
+def layered_cache(
+    base: nn.Module, identity: BaseIdentity, blocks: list[int], dtype: str, cache_dir: str | Path | None
+) -> LayeredCache:
     """The cache of ``blocks``' states: a folder per block under ``cache_dir`` (default ~/.cache/mtl-decoder/states),
     named by the block and the hash of what its states depend on (``prefix_digests``)."""
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_root()
-    digests = prefix_digests(base, blocks)
-    caches = {
-        i: StateCache(root / f"{identity.architecture}-{digests[i][:16]}-block{i}-{dtype}-residual") for i in blocks
-    }
-    return LayeredCache(caches, identity.hidden_size)
+    return block_caches(root, identity, blocks, dtype, prefix_digests(base, blocks))
+
+
+def block_caches(
+    root: Path | None,
+    identity: BaseIdentity,
+    blocks: list[int],
+    dtype: str,
+    digests: dict[int, str],
+    compute: str = "fp32",
+    **options,
+) -> LayeredCache:
+    """One StateCache per block under ``root`` (None: in memory only), keyed by what the block's states depend on:
+    the prefix digest, the block, the weights' dtype and how the trunk computes (fp32, int8). ``options``: write,
+    max_entries, as StateCache takes them."""
+
+    def folder(i: int) -> Path | None:
+        name = f"{identity.architecture}-{digests[i][:16]}-block{i}-{dtype}-{compute}-residual-k{KEY_FORMAT}"
+        return None if root is None else root / name
+
+    return LayeredCache({i: StateCache(folder(i), **options) for i in blocks}, identity.hidden_size, digests)
 
 
 _CAPTURE: contextvars.ContextVar[dict[int, torch.Tensor] | None] = contextvars.ContextVar("capture", default=None)
@@ -164,6 +206,25 @@ class LayerStates(FrozenStates):
     @property
     def width(self) -> int:
         return len(self.blocks) * self.identity.hidden_size
+
+    def for_inference(
+        self, cache_dir: str | Path | None = None, write: bool = False, max_entries: int | None = None
+    ) -> LayeredCache:
+        """FrozenStates.for_inference for the blocks' folders: read, written only with ``write``, a bounded memory."""
+        root = Path(cache_dir).expanduser() if cache_dir is not None else self.cache.directory
+        self.cache = self._rebuilt(root, write=write, max_entries=max_entries or INFERENCE_ENTRIES)
+        return self.cache
+
+    def set_compute(self, tag: str) -> None:
+        """The trunk now computes differently (int8): each block's states go to their own folders."""
+        self.cache.flush()
+        self.compute_tag = tag
+        old = self.cache
+        self.cache = self._rebuilt(old.directory, write=old.write, max_entries=old.max_entries)
+
+    def _rebuilt(self, root: Path | None, **options) -> LayeredCache:
+        digests = self.cache.digests
+        return block_caches(root, self.identity, self.blocks, self.dtype, digests, self.compute_tag, **options)
 
     @torch.no_grad()
     def compute(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
