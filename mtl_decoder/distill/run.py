@@ -147,7 +147,9 @@ class DistillTrainer(Trainer):
         ]
         extra_items = [item for _, items in self.unlabelled for item in items]
         items = train_items + extra_items
-        with acc.main_process_first():  # the main process labels, the others then find the targets on disk
+        # The main process labels, the others then find the targets on disk. Building the teacher draws from
+        # torch's RNG: forked, so the student starts from the same weights whether its targets were cached or not.
+        with acc.main_process_first(), torch.random.fork_rng(devices=[]):
             found, counts = self._teacher_targets(items, progress=acc.is_main_process)
         encoded = data.dataset.examples + encode_items(extra_items, data.encoder)
         examples = attach_targets(encoded, items, found, data.encoder, self.kinds)
