@@ -59,7 +59,8 @@ def predictions(folder: Path, items: list) -> list:
 
 def agreement(reference: list, other: list) -> tuple[float, float]:
     """(share of words tagged as the reference tags them, share of texts classified as it classifies them)."""
-    words = [a == b for p, q in zip(reference, other, strict=True) for a, b in zip(p.tags["ner"], q.tags["ner"])]
+    pairs = zip(reference, other, strict=True)
+    words = [a == b for p, q in pairs for a, b in zip(p.tags["ner"], q.tags["ner"], strict=True)]
     texts = [p.labels["sentiment"] == q.labels["sentiment"] for p, q in zip(reference, other, strict=True)]
     return sum(words) / len(words), sum(texts) / len(texts)
 
@@ -163,7 +164,8 @@ def test_pairs_that_cannot_be_distilled_are_one_line_errors_before_any_work(work
     copy = tmp_path / "teacher_copy"
     shutil.copytree(work / "teacher" / "best", copy)
     args = ["distill", "--teacher", str(copy), "--config", str(work / "student.yaml"), "--output-dir",
-            str(tmp_path / "run"), f"distill.cache_dir={work / 'cache'}", "training.max_steps=4", "training.eval_every=2"]  # fmt: skip
+            str(tmp_path / "run"), f"distill.cache_dir={work / 'cache'}", "training.max_steps=4",
+            "training.eval_every=2"]  # fmt: skip
     assert main(args) == 0
     capsys.readouterr()
     weights = load_file(copy / "model.safetensors")
