@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,7 @@ class DistillTrainer(Trainer):
         if todo:
             saved = load_model(d.teacher, device=self.accelerator.device)
             labeller = TeacherLabeller(saved, saved.config.data.eval_batch_size)
+            started = time.perf_counter()
             bar = tqdm(total=len(todo), desc="teacher targets", disable=not (progress and self.cfg.training.progress))
             for start in range(0, len(todo), LABEL_BATCHES):
                 part = todo[start : start + LABEL_BATCHES]
@@ -200,6 +202,7 @@ class DistillTrainer(Trainer):
                 store.flush()
             bar.close()
             counts["teacher_forwards"] = labeller.forwards
+            counts["seconds"] = round(time.perf_counter() - started, 1)
             del saved, labeller
         return [store.get(k) for k in keys], counts
 
