@@ -73,7 +73,7 @@ def distill_command(name: str, config: Path, run_dir: Path, teacher: Path, data_
         )
     cmd = ["distill", "--teacher", str(teacher), "--config", str(config), "--output-dir", str(run_dir)]
     if name not in TRAIN_TEXTS_ONLY:
-        cmd += ["--unlabelled", *(str(data_root / f) for f in UNLABELLED)]
+        cmd += [arg for f in UNLABELLED for arg in ("--unlabelled", str(data_root / f))]
     return cmd
 
 

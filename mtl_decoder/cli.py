@@ -1,7 +1,7 @@
 """The command line: a thin map from subcommands to plain functions; every adapter lives here.
 
     mtl-decoder train    --config C [--output-dir DIR] [--resume | --overwrite] [key=value ...]
-    mtl-decoder distill  --teacher RUN/best --config C [--unlabelled FILE ...] [--output-dir DIR] [key=value ...]
+    mtl-decoder distill  --teacher RUN/best --config C [--unlabelled FILE]... [--output-dir DIR] [key=value ...]
     mtl-decoder evaluate --model RUN/best [--split test] [--tasks a,b] [--data TASK=PATH ...] [--output DIR]
     mtl-decoder predict  --model RUN/best --input FILE --output OUT.jsonl [--tasks a,b] [--on-error skip] [--force]
                          [--gate-table TABLE] | --stream --input FILE_OR_- --output FILE_OR_- [--lookahead N]
@@ -148,7 +148,10 @@ def add_distill(sub) -> None:
     p.add_argument("--teacher", help="the teacher's saved model folder, e.g. RUN/best (default: distill.teacher)")
     p.add_argument("--config", required=True, help="the student's experiment YAML")
     p.add_argument(
-        "--unlabelled", nargs="+", metavar="FILE", help="unlabelled texts for the transfer set (any predict format)"
+        "--unlabelled",
+        action="append",
+        metavar="FILE",
+        help="unlabelled texts for the transfer set, in any format predict reads; repeat the flag for more files",
     )
     p.add_argument("--output-dir", help="run directory (default: training.output_dir)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run directory")
