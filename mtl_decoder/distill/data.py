@@ -80,7 +80,9 @@ def _on_words(probs: torch.Tensor, index: list[int]) -> torch.Tensor:
     """(len(index), L): row w the teacher's row index[w]; zeros where it is -1 or past the teacher's words."""
     rows = torch.tensor(index, dtype=torch.long)
     valid = (rows >= 0) & (rows < probs.shape[0])
-    picked = probs[rows.clamp(0, max(probs.shape[0] - 1, 0))] if probs.shape[0] else probs.new_zeros(len(index), 0)
+    if probs.shape[0] == 0:
+        return probs.new_zeros(len(index), probs.shape[1])
+    picked = probs[rows.clamp(0, probs.shape[0] - 1)]
     return picked * valid.unsqueeze(1).to(picked.dtype)
 
 
