@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from distill_rows import DISTILL_MODELS, distill_command, distill_facts, distill_table, teacher_folder, words_per_cpu_s
 from smollm2_rows import PAIRS as SMOLLM2_PAIRS  # benchmarks/smollm2_rows.py, beside this script
 from smollm2_rows import ROWS as SMOLLM2_ROWS
 
@@ -114,6 +115,7 @@ MODELS: dict[str, tuple[str, list[str], str]] = {
     ),
     **SMOLLM2_ROWS,  # issue 23: which blocks to read, how many, hybrid top blocks, the chosen default
 }
+MODELS.update(DISTILL_MODELS)  # distill_*: students of a trained teacher (benchmarks/distill_rows.py)
 DEFAULT = [
     "ple",
     "cgc",
@@ -181,6 +183,9 @@ def train_one(name: str, args: argparse.Namespace, carved: tuple[Path, Path] | N
         *args.override,
     ]
     cmd = [sys.executable, "-m", "mtl_decoder", "train", "--config", str(config), "--output-dir", str(run_dir)]
+    if name in DISTILL_MODELS:
+        distilled = distill_command(name, config, run_dir, args.teacher, args.data_root)
+        cmd = [sys.executable, "-m", "mtl_decoder", *distilled]
     resume = (run_dir / "checkpoints").is_dir() and not (run_dir / "summary.json").is_file()
     if (run_dir / "config.yaml").is_file() and not resume:
         raise SystemExit(f"{run_dir} holds a finished run: remove it to train {name} again")
@@ -329,6 +334,7 @@ def table(results: dict) -> str:
             if (run.get("state_cache_minutes") or 0.0) >= 0.05
         )
         notes[STATES] += f": {cached}; not in train min; the runs after it read the states from the cache"
+    lines += ["", *distill_table(runs)]
     lines += ["", *(f"{mark} {text}" for mark, text in sorted(notes.items()))]
     machines: dict[str, list[str]] = {}
     for name, run in runs.items():
@@ -428,7 +434,10 @@ def main() -> None:
     )
     parser.add_argument("--override", action="append", default=[], help="extra key=value for every model")
     parser.add_argument("--table", action="store_true", help="only print the table of the saved results")
+    parser.add_argument("--teacher", help="distill_* rows: the teacher folder (default: $MTL_DECODER_TEACHER, else "
+                        "benchmarks/runs/smollm2_frozen_ple/best)")  # fmt: skip
     args = parser.parse_args()
+    args.teacher = teacher_folder(args.teacher)
     results = json.loads(args.results.read_text()) if args.results.is_file() else {"runs": {}}
     if not args.table:
         args.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -441,6 +450,9 @@ def main() -> None:
         for name in names:
             run = train_one(name, args, carved)
             run["metrics"] = evaluate_one(name, args)
+            if name in DISTILL_MODELS:
+                run.update(distill_facts(args.runs_dir / name))
+                run.update(words_per_cpu_s(args.runs_dir / name / "best", args.data_root))
             run.update(machine())
             results = save_run(args.results, name, run)
             print(f"[{name}] {run['steps']} steps ({run['stop_reason']}) in {run['train_minutes']:.1f} min", flush=True)

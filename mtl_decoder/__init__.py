@@ -14,6 +14,7 @@ _API = {  # name -> module: imported on first use, so `import mtl_decoder` stays
     "load_config": "mtl_decoder.config",
     "ExperimentConfig": "mtl_decoder.config",
     "train": "mtl_decoder.training.trainer",
+    "distill": "mtl_decoder.distill.run",
     "TrainResult": "mtl_decoder.training.state",
     "evaluate": "mtl_decoder.evaluation.evaluate",
     "predict_file": "mtl_decoder.prediction.predict",

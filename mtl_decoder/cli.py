@@ -1,6 +1,7 @@
 """The command line: a thin map from subcommands to plain functions; every adapter lives here.
 
     mtl-decoder train    --config C [--output-dir DIR] [--resume | --overwrite] [key=value ...]
+    mtl-decoder distill  --teacher RUN/best --config C [--unlabelled FILE]... [--output-dir DIR] [key=value ...]
     mtl-decoder evaluate --model RUN/best [--split test] [--tasks a,b] [--data TASK=PATH ...] [--output DIR]
     mtl-decoder predict  --model RUN/best --input FILE --output OUT.jsonl [--tasks a,b] [--on-error skip] [--force]
                          [--gate-table TABLE] [--shard K/N]
@@ -35,6 +36,21 @@ def run_train(args: argparse.Namespace) -> None:
 
     config = load_config(args.config, args.overrides)
     train(config, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
+
+
+def run_distill(args: argparse.Namespace) -> None:
+    from mtl_decoder.config import load_config
+    from mtl_decoder.distill import distill
+
+    config = load_config(args.config, args.overrides)
+    distill(
+        config,
+        teacher=args.teacher,
+        unlabelled=args.unlabelled,
+        output_dir=args.output_dir,
+        resume=args.resume,
+        overwrite=args.overwrite,
+    )
 
 
 def run_evaluate(args: argparse.Namespace) -> None:
@@ -123,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     add_train(sub)
+    add_distill(sub)
     add_evaluate(sub)
     add_predict(sub)
     add_merge_predictions(sub)
@@ -146,6 +163,28 @@ def add_train(sub) -> None:
     )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. model.d_model=64")
     p.set_defaults(func=run_train)
+
+
+def add_distill(sub) -> None:
+    p = sub.add_parser(
+        "distill",
+        help="train a student on a teacher model's soft targets",
+        description="Distil a saved teacher into a student config: the teacher labels the training texts and the "
+        "unlabelled files once (targets cached), the student learns from its soft targets and the gold labels.",
+    )
+    p.add_argument("--teacher", help="the teacher's saved model folder, e.g. RUN/best (default: distill.teacher)")
+    p.add_argument("--config", required=True, help="the student's experiment YAML")
+    p.add_argument(
+        "--unlabelled",
+        action="append",
+        metavar="FILE",
+        help="unlabelled texts for the transfer set, in any format predict reads; repeat the flag for more files",
+    )
+    p.add_argument("--output-dir", help="run directory (default: training.output_dir)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run directory")
+    p.add_argument("--overwrite", action="store_true", help="start over in a run directory that is not empty")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. distill.temperature=4")
+    p.set_defaults(func=run_distill)
 
 
 def add_evaluate(sub) -> None:

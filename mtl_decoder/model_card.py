@@ -58,6 +58,8 @@ def model_card(
         labels = label_sets.get(task_name, [])
         shown = ", ".join(labels[:12]) + (f", ... ({len(labels)} in all)" if len(labels) > 12 else "")
         lines.append(f"| {task_name} | {task.kind} | {shown} | {task.primary_metric} |")
+    if info.get("teacher"):
+        lines += ["", "## Distilled from", "", *_teacher(info["teacher"])]
     lines += ["", "## Data", "", *_data(config, info), "", "## Validation metrics", "", *_metrics(config, info)]
     lines += ["", "## Configuration", "", *_configuration(config), "", "## Intended use and limits", ""]
     lines += _limits(config, identity)
@@ -142,6 +144,19 @@ def _data(config: ExperimentConfig, info: dict[str, Any]) -> list[str]:
             source = f"{hub}`{where}`" if data.hub_id else f"`{where}`"
             lines.append(f"| {name} | {split} | {source} | {count} |")
     return lines
+
+
+def _teacher(teacher: dict[str, Any]) -> list[str]:
+    """A distilled student's teacher (``mtl-decoder distill``): where it was, its fingerprint, the loss mix."""
+    unlabelled = teacher.get("unlabelled") or {}
+    transfer = ", ".join(f"`{path}` ({n:,} texts)" for path, n in unlabelled.items()) or "none"
+    kind = "soft targets" if teacher.get("soft", True) else "hard labels"
+    return [
+        f"- teacher: `{teacher.get('folder')}` (fingerprint `{teacher.get('fingerprint')}`)",
+        f"- trained on the teacher's {kind} at temperature {teacher.get('temperature')}, mixed with the gold "
+        f"labels (alpha {teacher.get('alpha')} on the teacher's term)",
+        f"- unlabelled transfer texts: {transfer}",
+    ]
 
 
 def _metrics(config: ExperimentConfig, info: dict[str, Any]) -> list[str]:

@@ -304,6 +304,39 @@ class EvaluationConfig:
 
 
 @dataclass
+class DistillConfig:
+    """Distillation (``mtl-decoder distill``): the student learns each task from a teacher model's soft targets
+    mixed with the gold labels. Defaults from the literature (Hinton et al. 2015: T=2, an even mix), to be
+    measured on the benchmark."""
+
+    teacher: str | None = None
+    """The teacher's saved model folder (RUN/best); --teacher sets it."""
+    teacher_hash: str | None = None
+    """Fingerprint of the teacher folder the targets come from; set by distill and kept in the run's config, so a
+    resume (or a run from a stored config) refuses a teacher that changed since."""
+    temperature: float = 2.0
+    """Softening temperature T of teacher and student distributions; the divergence is scaled by T^2."""
+    alpha: float = 0.5
+    """Weight of the teacher term in each task's loss: alpha * T^2 * KL + (1 - alpha) * gold loss (where a gold
+    label exists; texts without one carry only the teacher term)."""
+    soft: bool = True
+    """false: train on the teacher's hard labels (its most probable tag / class) instead of its distributions."""
+    unlabelled: list[str] = field(default_factory=list)
+    """Files of unlabelled text (any input format predict reads) the teacher labels for the transfer set."""
+    unlabelled_limit: int | None = None
+    """Read at most this many texts from each unlabelled file (None: all)."""
+    cache_dir: str | None = None
+    """Where teacher targets are kept (default: $MTL_DECODER_CACHE/targets, else ~/.cache/mtl-decoder/targets)."""
+
+    def __post_init__(self) -> None:
+        check_positive("temperature", self.temperature)
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ConfigError("alpha", f"must lie in [0, 1], got {self.alpha}")
+        if self.unlabelled_limit is not None:
+            check_positive("unlabelled_limit", self.unlabelled_limit)
+
+
+@dataclass
 class TaskDataConfig:
     train: str | None = None
     """Training data: a local file (.jsonl .json .csv .tsv .parquet .conll) or, with hub_id, a split name."""
@@ -377,6 +410,8 @@ class ExperimentConfig:
     """How task losses are combined."""
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     """Evaluation and expert-utilisation settings."""
+    distill: DistillConfig | None = None
+    """Distillation from a teacher model (set by ``mtl-decoder distill``; None for plain training)."""
 
     def __post_init__(self) -> None:
         if not self.tasks:

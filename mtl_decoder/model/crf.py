@@ -73,3 +73,21 @@ class CRF(nn.Module):
             tags.append(tag)
         paths = torch.stack(tags[::-1], dim=1).tolist()  # (n, W)
         return [path[:length] for path, length in zip(paths, mask.sum(1).tolist(), strict=True)]
+
+    def marginals(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Forward-backward: (n, W, L) probability of each tag at each word under the CRF, summing to 1 over tags
+        at every real word and 0 past a row's end. emissions (n, W, L); mask (n, W), prefixes. Differentiable."""
+        emissions = emissions.float()
+        start, trans = self._scores()
+        W = emissions.shape[1]
+        alphas = [start + emissions[:, 0]]  # alphas[w] (n, L): log-sum of the paths ending in each tag at w
+        for w in range(1, W):
+            step = torch.logsumexp(alphas[-1].unsqueeze(2) + trans + emissions[:, w].unsqueeze(1), dim=1)
+            alphas.append(torch.where(mask[:, w].unsqueeze(1), step, alphas[-1]))
+        betas = [self.end.expand_as(alphas[0])]  # betas[w] (n, L): log-sum of the paths from each tag at w on
+        for w in range(W - 2, -1, -1):
+            step = torch.logsumexp(trans + (emissions[:, w + 1] + betas[0]).unsqueeze(1), dim=2)
+            betas.insert(0, torch.where(mask[:, w + 1].unsqueeze(1), step, self.end.expand_as(step)))
+        log_z = torch.logsumexp(alphas[-1] + self.end, dim=1)  # (n,)
+        log_p = torch.stack(alphas, 1) + torch.stack(betas, 1) - log_z[:, None, None]  # (n, W, L)
+        return log_p.exp() * mask.unsqueeze(2)

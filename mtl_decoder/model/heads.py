@@ -115,13 +115,16 @@ class MultiTaskModel(nn.Module):
         tasks: list[str] | None = None,
         word_index: torch.Tensor | None = None,
         word_read: torch.Tensor | None = None,
+        route_examples: dict[str, torch.Tensor] | None = None,
         **features: Any,
     ) -> MTLOutput:
         """input_ids, attention_mask: (B, T), right-padded. labels: task -> (B, T) tags or (B,) classes, -100 =
         no label. ``tasks``: heads to run (default: the labelled tasks, or all without labels). ``word_index`` (B, T)
         each sub-word's word (the heads do not need it); ``word_read`` (B, W) the position each word is read from
         (the collator's, from the encoder's WordAlignment; the CRF loss needs it). ``features``: per-word inputs
-        from the collator (token_word, char_ids, shape_ids, hash_ids), passed to the trunk."""
+        from the collator (token_word, char_ids, shape_ids, hash_ids), passed to the trunk.
+        ``route_examples``: task -> (B,) bool, examples whose task route runs besides those with its label (cgc/mmoe
+        route only those; distillation adds the examples that carry a teacher target)."""
         attention_mask = attention_mask.bool()
         B = input_ids.shape[0]
         present = None if labels is None else {k: _has_label(v) for k, v in labels.items()}
@@ -129,6 +132,8 @@ class MultiTaskModel(nn.Module):
             tasks = [t for t in self.task_names if present is None or (t in present and present[t].any())]
         if present is not None:
             present = {t: present.get(t, torch.zeros(B, dtype=torch.bool, device=input_ids.device)) for t in tasks}
+            if route_examples is not None:
+                present = {t: present[t] | route_examples[t] if t in route_examples else present[t] for t in tasks}
         layout = self.route_layout(attention_mask, tasks, present)
         if not layout.names:  # cgc/mmoe and no example asks for any task: nothing to run
             return MTLOutput(logits={}, examples={}, gates=[{} for _ in self.expert_blocks()], layout=layout)

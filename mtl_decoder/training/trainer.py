@@ -126,6 +126,8 @@ class Trainer:
         self.lock: PathLock | None = None
         self.started = False
         """Whether setup finished: a failure before that leaves the run folder as it was found."""
+        self.card_info: dict[str, Any] = {}
+        """More for best/'s info.json and model card (a distilled student names its teacher)."""
 
     # ------------------------------------------------------------------------------------------------ setup
 
@@ -212,7 +214,7 @@ class Trainer:
             cfg.data.group_by_length,
             seed=cfg.training.seed,
         )
-        collate = collator_for(cfg.model, data.encoder.pad_id, {n: t.kind for n, t in cfg.tasks.items()})
+        collate = self._collator()
         # A private generator: each new DataLoader iterator draws a seed from it, and drawing from the global
         # RNG would shift dropout on resume (the resumed run starts one more iterator than an unbroken one).
         loader = torch.utils.data.DataLoader(
@@ -225,6 +227,15 @@ class Trainer:
         spent = (lambda: self.budget_spent) if cfg.training.max_minutes else None
         self.lr_factor = lr_lambda(cfg.training, self.total_steps, spent)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor)
+
+    def _collator(self):
+        """Extension point: what turns a list of dataset examples into a batch."""
+        return collator_for(self.cfg.model, self.data.encoder.pad_id, {n: t.kind for n, t in self.cfg.tasks.items()})
+
+    def _losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Extension point: each task's loss on a batch (the model's gold losses; distillation mixes in the
+        teacher's)."""
+        return self.model(**batch).losses
 
     def _restore(self, path: Path, honoured: dict[str, tuple]) -> None:
         state = load_checkpoint(self.accelerator, path, self.verified)
@@ -339,10 +350,10 @@ class Trainer:
                 batch["input_ids"], batch["word_index"], cfg.data.word_dropout, self.data.encoder.unk_id
             )
         with acc.accumulate(self.model):
-            out = self.model(**batch)
-            values = self._reduce_losses(out.losses)
+            losses = self._losses(batch)
+            values = self._reduce_losses(losses)
             self.balancer.observe(values)
-            total = self.balancer.combine(out.losses)
+            total = self.balancer.combine(losses)
             acc.backward(total)
             if acc.sync_gradients:
                 if self.balancer.log_vars is not None and acc.num_processes > 1:
@@ -417,6 +428,7 @@ class Trainer:
                     for src in self.data.train_sources
                 ]  # for the model card
                 info = {"step": st.step, "score": score, "validation": metrics, "data": {"train": train_data}}
+                info.update(self.card_info)
                 model = acc.unwrap_model(self.model)
                 save_model(self.run.best, model, self.data.encoder, self.cfg, self.data.label_sets, extra=info)
         else:

@@ -112,3 +112,34 @@ def test_decode_of_a_row_without_words_is_empty():
     crf = random_crf(LABELS, 4)
     paths = crf.decode(torch.randn(2, 3, 3), torch.tensor([[1, 1, 0], [0, 0, 0]], dtype=torch.bool))
     assert [len(p) for p in paths] == [2, 0]
+
+
+def test_marginals_equal_brute_force_enumeration():
+    """Forward-backward marginals against the probability mass of every tag sequence, summed per word and tag,
+    on rows of different lengths (prefix masks) and five IOB2 labels (forbidden moves included)."""
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    crf = random_crf(labels, 3)
+    L, W = len(labels), 4
+    emissions = torch.randn(3, W, L, generator=torch.Generator().manual_seed(4), dtype=torch.float64).float()
+    lengths = [4, 2, 1]
+    mask = torch.tensor([[w < n for w in range(W)] for n in lengths])
+    got = crf.marginals(emissions, mask).detach().double()
+    for i, n in enumerate(lengths):
+        expected = torch.zeros(W, L, dtype=torch.float64)
+        paths = list(itertools.product(range(L), repeat=n))
+        scores = torch.stack([path_score(crf, labels, emissions[i], p).double() for p in paths])
+        probs = torch.softmax(scores, 0)
+        for p, prob in zip(paths, probs, strict=True):
+            for w, tag in enumerate(p):
+                expected[w, tag] += prob
+        torch.testing.assert_close(got[i], expected, atol=1e-5, rtol=1e-4)
+    assert torch.all(got[1, 2:] == 0) and torch.all(got[2, 1:] == 0)
+
+
+def test_marginals_are_differentiable():
+    crf = random_crf(LABELS, 5)
+    emissions = torch.randn(2, 3, 3, requires_grad=True)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    crf.marginals(emissions, mask)[:, :, 1].sum().backward()
+    assert emissions.grad is not None and torch.isfinite(emissions.grad).all()
+    assert crf.transitions.grad is not None

@@ -103,3 +103,20 @@ def test_appended_padding_changes_nothing(ffn, attention):
         for name in layer_a:  # gate rows are the real tokens only, in the same order
             torch.testing.assert_close(layer_a[name], layer_b[name], atol=ATOL, rtol=0)
     assert torch.equal(a.layout.token_position, b.layout.token_position)
+
+
+def test_route_examples_run_a_tasks_route_on_examples_without_its_label():
+    """cgc routes a task only on the examples labelled for it; ``route_examples`` (distillation: the examples that
+    carry a teacher target) adds the others, and their rows are what a forward on them alone computes."""
+    model = perturb(tiny_model(ffn="cgc")).eval()
+    ids = torch.randint(1, 40, (3, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    labels = {"sent": torch.tensor([1, -100, -100])}
+    plain = model(ids, mask, labels=labels, tasks=["sent"])
+    assert plain.examples["sent"].tolist() == [0]
+    every = {"sent": torch.ones(3, dtype=torch.bool)}
+    routed = model(ids, mask, labels=labels, tasks=["sent"], route_examples=every)
+    assert routed.examples["sent"].tolist() == [0, 1, 2]
+    torch.testing.assert_close(routed.losses["sent"], plain.losses["sent"])  # the gold loss: example 0 only
+    alone = model(ids[1:], mask[1:], tasks=["sent"])
+    torch.testing.assert_close(routed.logits["sent"][1:], alone.logits["sent"], atol=1e-5, rtol=1e-5)

@@ -1,0 +1,131 @@
+"""The ``distill_*`` rows of benchmarks/quality.py: students distilled from a trained teacher on CoNLL-2003 + SST-2.
+
+    python benchmarks/quality.py --models distill_ple,distill_small --teacher benchmarks/runs/smollm2_frozen_ple/best
+
+The teacher is a saved model folder with the tasks conll2003 and sst2 (by default the SmolLM2 ``ple`` run,
+benchmarks/runs/smollm2_frozen_ple/best; --teacher or $MTL_DECODER_TEACHER for another). The transfer set is the
+training texts of both tasks plus the unlabelled text in --data-root/unlabelled (news.txt for CoNLL, the movie
+reviews for SST-2); the teacher labels every text once and its targets are cached (~/.cache/mtl-decoder/targets,
+or $MTL_DECODER_CACHE/targets), so only the first row pays for the teacher. Every row is bound by its config's
+training.max_steps, like the other rows. Each row also records ``words_per_cpu_s``: the student predicting the
+first SPEED_SENTENCES CoNLL-2003 test sentences (every task) at one thread, timed as benchmarks/spacy_throughput.py
+times it (its ``ours`` and ``timed``: one warm-up, then the median of SPEED_ROUNDS passes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TEACHER_ENV = "MTL_DECODER_TEACHER"
+DEFAULT_TEACHER = REPO / "benchmarks" / "runs" / "smollm2_frozen_ple" / "best"
+UNLABELLED = ("unlabelled/news.txt", "unlabelled/movie_reviews.txt")
+"""The transfer set's unlabelled files under --data-root."""
+SPEED_SENTENCES, SPEED_ROUNDS = 1000, 3
+
+SMALL = [
+    "model.d_model=128",
+    "model.n_layers=2",
+    "model.n_heads=4",
+    "model.expert_hidden=256",
+    "model.word_hash_buckets=32768",
+    "model.word_hash_dim=32",
+]
+"""The small fast student: configs/bench/ple.yaml's model at d_model 128 and 2 layers, fewer hashed features."""
+
+DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overrides, what it is), as MODELS
+    "distill_ple": ("ple.yaml", [], "the bench-size student distilled from the teacher, the whole transfer set"),
+    "distill_small": ("ple.yaml", SMALL, "the small student (d_model 128, 2 layers), the whole transfer set"),
+    "distill_ple_transfer_train": (
+        "ple.yaml",
+        [],
+        "the bench-size student, transfer set: the training texts only (no unlabelled text)",
+    ),
+    "distill_ple_transfer_10k": (
+        "ple.yaml",
+        ["distill.unlabelled_limit=10000"],
+        "the bench-size student, transfer set: the training texts + 10,000 unlabelled sentences per task",
+    ),
+    "distill_ple_hard": (
+        "ple.yaml",
+        ["distill.soft=false"],
+        "the bench-size student on the teacher's hard labels (argmax) instead of its distributions",
+    ),
+    "distill_small_hard": ("ple.yaml", [*SMALL, "distill.soft=false"], "the small student on the hard labels"),
+}
+TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train"}
+"""Rows whose transfer set is the training texts alone (no --unlabelled)."""
+
+
+def teacher_folder(flag: str | None) -> Path:
+    return Path(flag or os.environ.get(TEACHER_ENV) or DEFAULT_TEACHER)
+
+
+def distill_command(name: str, config: Path, run_dir: Path, teacher: Path, data_root: Path) -> list[str]:
+    """The ``mtl-decoder`` arguments of a distill row, before its overrides."""
+    if not (teacher / "model.safetensors").is_file():
+        raise SystemExit(
+            f"[{name}] no teacher at {teacher}: train benchmarks/quality.py --models smollm2_frozen_ple first, or "
+            f"pass --teacher (or ${TEACHER_ENV})"
+        )
+    cmd = ["distill", "--teacher", str(teacher), "--config", str(config), "--output-dir", str(run_dir)]
+    if name not in TRAIN_TEXTS_ONLY:
+        cmd += [arg for f in UNLABELLED for arg in ("--unlabelled", str(data_root / f))]
+    return cmd
+
+
+def distill_facts(run_dir: Path) -> dict:
+    """What distill.json says of the row: the teacher, the transfer set and the targets' cost."""
+    facts = json.loads((run_dir / "distill.json").read_text())
+    targets = facts["targets"]
+    return {
+        "teacher": facts["folder"],
+        "teacher_fingerprint": facts["fingerprint"],
+        "temperature": facts["temperature"],
+        "alpha": facts["alpha"],
+        "soft": facts["soft"],
+        "transfer_texts": targets["texts"],
+        "unlabelled": facts["unlabelled"],
+        "targets_computed": targets["computed"],
+        "teacher_minutes": targets.get("seconds", 0.0) / 60,
+    }
+
+
+def words_per_cpu_s(best: Path, data_root: Path) -> dict:
+    """The student's prediction speed at one thread, measured as benchmarks/spacy_throughput.py measures ours."""
+    from spacy_throughput import ours, read_sentences, timed
+
+    from mtl_decoder.saved import load_model
+
+    saved = load_model(best, device="cpu")
+    items = read_sentences(data_root, SPEED_SENTENCES)
+    run = ours(saved, items, 1)
+    run()  # warm-up
+    rounds = [timed(run) for _ in range(SPEED_ROUNDS)]
+    return {
+        "words_per_cpu_s": statistics.median(r["words_per_cpu_s"] for r in rounds),
+        "words_per_s": statistics.median(r["words_per_s"] for r in rounds),
+        "speed_sentences": len(items),
+    }
+
+
+def distill_table(results: dict) -> list[str]:
+    """The distill rows' own facts beside the main table: speed, transfer set, teacher's targets."""
+    rows = [n for n in DISTILL_MODELS if n in results]
+    if not rows:
+        return []
+    lines = [
+        "| distilled student | words/CPU-s (1 thread) | transfer texts | targets | T | alpha | teacher |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in rows:
+        run = results[name]
+        kind = "soft" if run.get("soft", True) else "hard"
+        lines.append(
+            f"| {name} | {run.get('words_per_cpu_s', 0):,.0f} | {run.get('transfer_texts', 0):,} | {kind} | "
+            f"{run.get('temperature')} | {run.get('alpha')} | `{run.get('teacher')}` |"
+        )
+    return lines

@@ -1,0 +1,238 @@
+"""Distillation: a fast student learns its tasks from a slow teacher's soft targets, on the labelled data and on
+unlabelled text of the same kind (the transfer set).
+
+    mtl-decoder distill --teacher RUN/best --config STUDENT.yaml [--unlabelled FILE ...] [--output-dir DIR]
+                        [--resume | --overwrite] [key=value ...]
+
+The student is trained by the ``Trainer`` (balancing, Accelerate, resume, validation and selection on the gold
+labels, best/, the model card), which this module extends at two points: the dataset and collator carry the
+teacher's targets, and each task's loss mixes the divergence from the teacher with the gold loss (``loss.py``).
+The teacher labels every text once; its targets are kept on disk (``targets.py``) and reused by later runs.
+Everything that can refuse the pair (a task the teacher lacks, another label set, a teacher changed since the run's
+targets were made) does so in one line before any work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from mtl_decoder.config import TAGGING, DistillConfig, ExperimentConfig, load_config
+from mtl_decoder.data.batching import MultiTaskDataset
+from mtl_decoder.distill.data import DistillCollator, attach_targets, encode_items, read_unlabelled
+from mtl_decoder.distill.loss import DistillLossSpec, classification_divergence, mix, tagging_divergence
+from mtl_decoder.distill.targets import Item, TargetStore, TeacherLabeller, default_cache_root, teacher_fingerprint
+from mtl_decoder.distill.targets import text_key as key_of
+from mtl_decoder.errors import UserError
+from mtl_decoder.files import atomic_write_json
+from mtl_decoder.model.heads import word_level
+from mtl_decoder.saved import CONFIG_FILE, LABELS_FILE, REQUIRED_FILES, _read_config, _read_labels, load_model
+from mtl_decoder.training.run_dir import RunDirectory
+from mtl_decoder.training.setup import RunData
+from mtl_decoder.training.state import TrainResult
+from mtl_decoder.training.trainer import Trainer
+
+__all__ = ["DISTILL_FILE", "DistillTrainer", "check_teacher", "distill"]
+
+DISTILL_FILE = "distill.json"
+"""In the run folder: the teacher, its fingerprint, and how many targets were computed or found in the cache."""
+LABEL_BATCHES = 4096
+"""Texts labelled between two writes of the target cache (a killed labelling keeps what it finished)."""
+
+
+def distill(
+    config: ExperimentConfig | str | Path,
+    teacher: str | Path | None = None,
+    overrides: list[str] = (),
+    unlabelled: list[str] | None = None,
+    output_dir: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> TrainResult:
+    """Distil ``teacher`` (a saved model folder; default: distill.teacher) into the student ``config``;
+    ``unlabelled`` (default: distill.unlabelled) are the transfer set's files. Returns what ``train`` returns."""
+    if not isinstance(config, ExperimentConfig):
+        config = load_config(config, list(overrides))
+    settings = config.distill or DistillConfig()
+    if unlabelled is not None:
+        settings = dataclasses.replace(settings, unlabelled=[str(p) for p in unlabelled])
+    teacher = teacher if teacher is not None else settings.teacher
+    if teacher is None:
+        raise UserError("distill needs a teacher: --teacher RUN/best (or distill.teacher in the config)")
+    run_dir = Path(output_dir) if output_dir is not None else Path(config.training.output_dir)
+    stored_hash = _stored_teacher_hash(run_dir) if resume or config.training.resume_from else None
+    config = check_teacher(dataclasses.replace(config, distill=settings), Path(teacher), stored_hash)
+    trainer = DistillTrainer(config, output_dir, resume=resume, overwrite=overwrite)
+    try:
+        trainer.setup()
+        trainer.train()
+        return trainer.save()
+    finally:
+        trainer.cleanup()
+
+
+def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | None = None) -> ExperimentConfig:
+    """The student's config with its teacher recorded (folder, fingerprint) and its tasks' label sets the teacher's;
+    a one-line UserError where the pair cannot be distilled. Reads the teacher's config and labels only."""
+    if not teacher.is_dir():
+        raise UserError(f"--teacher {teacher}: no such model folder")
+    for name in REQUIRED_FILES:
+        if not (teacher / name).is_file():
+            raise UserError(f"--teacher {teacher}: not a model folder (missing {name})")
+    teacher_cfg = _read_config(teacher / CONFIG_FILE)
+    teacher_labels = _read_labels(teacher / LABELS_FILE, teacher_cfg)
+    tasks = {}
+    for name, task in config.tasks.items():
+        theirs = teacher_cfg.tasks.get(name)
+        if theirs is None:
+            raise UserError(
+                f"--teacher {teacher} has no task '{name}' (its tasks: {', '.join(teacher_cfg.tasks)}): a student "
+                "learns only tasks its teacher predicts"
+            )
+        if theirs.kind != task.kind:
+            raise UserError(f"task '{name}' is {task.kind} for the student but {theirs.kind} for --teacher {teacher}")
+        labels = teacher_labels[name]
+        if task.labels is not None and set(task.labels) != set(labels):
+            raise UserError(
+                f"config key 'tasks.{name}.labels': {sorted(task.labels)} is not --teacher {teacher}'s label set "
+                f"{sorted(labels)}: student and teacher must share each task's labels"
+            )
+        tasks[name] = dataclasses.replace(task, labels=list(labels))  # the teacher's order: its targets' columns
+    fingerprint = teacher_fingerprint(teacher)
+    for pinned, where in ((config.distill.teacher_hash, "distill.teacher_hash"), (stored_hash, "the run's config")):
+        if pinned is not None and pinned != fingerprint:
+            raise UserError(
+                f"--teacher {teacher} changed since the targets of {where} were made (fingerprint {pinned} -> "
+                f"{fingerprint}): distil into a new --output-dir, or restore that teacher"
+            )
+    distill_cfg = dataclasses.replace(config.distill, teacher=str(teacher.resolve()), teacher_hash=fingerprint)
+    return dataclasses.replace(config, tasks=tasks, distill=distill_cfg)
+
+
+def _stored_teacher_hash(run_dir: Path) -> str | None:
+    """The teacher fingerprint a run to resume was distilled with (None: not a distilled run, or no run there;
+    the trainer's own resume checks report those)."""
+    run = RunDirectory(run_dir)
+    if not run.config.is_file():
+        return None
+    section = run.stored_config().get("distill") or {}
+    return section.get("teacher_hash") if isinstance(section, dict) else None
+
+
+class DistillTrainer(Trainer):
+    """The Trainer with the teacher's targets in every batch and each task's loss mixed with them."""
+
+    def __init__(self, config: ExperimentConfig, output_dir=None, resume: bool = False, overwrite: bool = False):
+        if config.distill is None or config.distill.teacher_hash is None:
+            raise UserError("DistillTrainer needs a config from check_teacher (distill.teacher and teacher_hash)")
+        super().__init__(config, output_dir, resume=resume, overwrite=overwrite)
+        d = self.cfg.distill
+        self.spec = DistillLossSpec(d.temperature, d.alpha, d.soft)
+        self.kinds = {name: t.kind for name, t in self.cfg.tasks.items()}
+        self.unlabelled = read_unlabelled(d.unlabelled, d.unlabelled_limit)  # a bad record stops it before any work
+        self.targets_line = ""
+
+    # ------------------------------------------------------------------------------------------------ data
+
+    def _setup_data(self, resumed: bool, to_remove: list[Path]) -> RunData:
+        data = super()._setup_data(resumed, to_remove)
+        acc = self.accelerator
+        train_items: list[Item] = [
+            ex.words if ex.words is not None else ex.text for s in data.train_sources for ex in s.examples
+        ]
+        extra_items = [item for _, items in self.unlabelled for item in items]
+        items = train_items + extra_items
+        # The main process labels, the others then find the targets on disk. Building the teacher draws from
+        # torch's RNG: forked, so the student starts from the same weights whether its targets were cached or not.
+        with acc.main_process_first(), torch.random.fork_rng(devices=[]):
+            found, counts = self._teacher_targets(items, progress=acc.is_main_process)
+        encoded = data.dataset.examples + encode_items(extra_items, data.encoder)
+        examples = attach_targets(encoded, items, found, data.encoder, self.kinds)
+        sizes = data.dataset.source_sizes + [len(texts) for _, texts in self.unlabelled]
+        bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+        dataset = MultiTaskDataset([examples[a:b] for a, b in itertools.pairwise(bounds)])
+        report = [f"unlabelled: {len(texts)} texts from {path}" for path, texts in self.unlabelled]
+        d = self.cfg.distill
+        self.targets_line = (
+            f"teacher {d.teacher} ({d.teacher_hash[:12]}): targets of {len(items):,} texts, {counts['computed']:,} "
+            f"computed in {counts['teacher_forwards']} teacher batches, {counts['from_cache']:,} from the cache"
+        )
+        teacher = {
+            "folder": d.teacher,
+            "fingerprint": d.teacher_hash,
+            "temperature": d.temperature,
+            "alpha": d.alpha,
+            "soft": d.soft,
+            "unlabelled": {path: len(texts) for path, texts in self.unlabelled},
+        }
+        self.card_info = {"teacher": teacher}
+        if acc.is_main_process:
+            atomic_write_json(self.run.path / DISTILL_FILE, {**teacher, "targets": counts})
+        return dataclasses.replace(data, dataset=dataset, report=data.report + report)
+
+    def _teacher_targets(self, items: list[Item], progress: bool) -> tuple[list[dict], dict[str, Any]]:
+        """Every item's targets, from the cache or (loading the teacher only then) computed and cached."""
+        d = self.cfg.distill
+        root = Path(d.cache_dir) if d.cache_dir else default_cache_root()
+        store = TargetStore(root / d.teacher_hash)
+        keys = [key_of(item) for item in items]
+        todo, seen = [], set()  # the first occurrence of each text not in the cache
+        for i, k in enumerate(keys):
+            if k not in store and k not in seen:
+                seen.add(k)
+                todo.append(i)
+        cached = sum(k in store for k in keys)
+        counts = {"texts": len(items), "computed": len(todo), "from_cache": cached, "teacher_forwards": 0}
+        counts["repeated"] = len(items) - len(todo) - cached  # the same text again: labelled once
+        if todo:
+            saved = load_model(d.teacher, device=self.accelerator.device)
+            labeller = TeacherLabeller(saved, saved.config.data.eval_batch_size)
+            started = time.perf_counter()
+            bar = tqdm(total=len(todo), desc="teacher targets", disable=not (progress and self.cfg.training.progress))
+            for start in range(0, len(todo), LABEL_BATCHES):
+                part = todo[start : start + LABEL_BATCHES]
+                for i, targets in zip(part, labeller.label([items[i] for i in part], bar.update), strict=True):
+                    store.put(keys[i], targets)
+                store.flush()
+            bar.close()
+            counts["teacher_forwards"] = labeller.forwards
+            counts["seconds"] = round(time.perf_counter() - started, 1)
+            del saved, labeller
+        return [store.get(k) for k in keys], counts
+
+    def _collator(self):
+        counts = {name: len(labels) for name, labels in self.data.label_sets.items()}
+        return DistillCollator(super()._collator(), self.kinds, counts)
+
+    # ------------------------------------------------------------------------------------------------ loss
+
+    def train(self) -> None:
+        self.log.info(self.targets_line)
+        super().train()
+
+    def _losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Per task: alpha * the divergence from the teacher + (1 - alpha) * the gold loss (where gold exists)."""
+        targets = batch.pop("targets")
+        routes = {task: mask.any(1) if mask.dim() == 2 else mask for task, (_, mask) in targets.items()}
+        out = self.model(**batch, tasks=list(self.kinds), route_examples=routes)
+        losses = {}
+        for task, kind in self.kinds.items():
+            if task not in out.logits:
+                continue
+            rows = out.examples[task]
+            probs, mask = targets[task]
+            if kind == TAGGING:
+                emissions, _, words = word_level(out.logits[task], batch["word_read"][rows])
+                kd = tagging_divergence(emissions, words, probs[rows], mask[rows], self.spec)
+            else:
+                kd = classification_divergence(out.logits[task], probs[rows], mask[rows], self.spec)
+            loss = mix(kd, out.losses.get(task), self.spec.alpha)
+            if loss is not None:
+                losses[task] = loss
+        return losses
