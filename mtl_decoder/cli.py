@@ -95,6 +95,12 @@ def run_predict(args: argparse.Namespace) -> None:
 
         if args.shard is not None or launched():
             raise UserError("--stream reads one text in one process: leave out --shard and the launcher")
+        ignored = stream_ignored_flags(args)
+        if ignored:  # a flag that would do nothing is refused, not dropped silently
+            raise UserError(
+                f"--stream runs one growing text through per-layer caches: {', '.join(ignored)} "
+                "do(es) not apply to it; leave them out"
+            )
 
         stats = stream_file(
             args.model,
@@ -131,6 +137,23 @@ def run_predict(args: argparse.Namespace) -> None:
     print(summary.report(), file=sys.stderr if to_stdout else sys.stdout)
     if summary.all_failed:  # a run that predicted nothing is a failed run, even in skip mode
         raise UserError(f"{args.input}: none of its {summary.read:,} records could be predicted (see {summary.errors})")
+
+
+STREAM_IGNORES = {  # predict flag -> (its attribute, its default): what --stream has no use for
+    "--batch-size": ("batch_size", 64),
+    "--workers": ("workers", None),
+    "--precision": ("precision", "fp32"),
+    "--on-error": ("on_error", "fail"),
+    "--format": ("format", None),
+    "--text-column": ("text_column", "text"),
+    "--cache-states": ("cache_states", False),
+    "--cache-dir": ("cache_dir", None),
+}
+
+
+def stream_ignored_flags(args: argparse.Namespace) -> list[str]:
+    """The predict flags given a value of their own that --stream would not honour."""
+    return [flag for flag, (name, default) in STREAM_IGNORES.items() if getattr(args, name, default) != default]
 
 
 def build_parser() -> argparse.ArgumentParser:

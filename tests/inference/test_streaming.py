@@ -153,6 +153,21 @@ def test_cli_streams_stdin_to_stdout_and_a_file_to_a_file(softmax_model, tmp_pat
     assert "already exists" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "flags", [["--precision", "bf16"], ["--batch-size", "8"], ["--workers", "2"], ["--on-error", "skip"]]
+)
+def test_cli_stream_refuses_the_flags_it_would_not_honour(softmax_model, tmp_path, capsys, flags):
+    """--stream used to drop --precision, --batch-size and --workers without a word."""
+    source = tmp_path / "in.txt"
+    source.write_text(TEXTS[0], encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    argv = ["predict", "--model", str(softmax_model.directory), "--stream", "--input", str(source), "--output"]
+    assert main([*argv, str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert flags[0] in err and "--stream" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
 def test_bidirectional_and_classification_are_refused(tmp_path, softmax_model):
     bidirectional = load_model(saved_model(tmp_path, ["model.attention=bidirectional"]))
     with pytest.raises(UserError, match="causal"):

@@ -67,7 +67,9 @@ def test_a_change_a_resume_cannot_make_is_refused_before_anything_is_written(
 
 def _dropout_rates(model: torch.nn.Module) -> set[float]:
     return {
-        m.threshold / m.STEPS if hasattr(m, "threshold") else m.p for m in model.modules() if "Dropout" in type(m).__name__
+        m.threshold / m.STEPS if hasattr(m, "threshold") else m.p
+        for m in model.modules()
+        if "Dropout" in type(m).__name__
     }
 
 
