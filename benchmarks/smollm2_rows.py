@@ -20,6 +20,9 @@ _MULTI = {"": "smollm2_frozen.yaml", "semeval_": "smollm2_semeval_ple.yaml"}
 
 _VARIANTS: dict[str, tuple[list[str], str]] = {
     # depth: one block read, the trunk cut after it
+    "b4": (["model.trunk.layers=4"], "frozen, block 4 alone (issue 22's speed curve)"),
+    "b8": (["model.trunk.layers=8"], "frozen, block 8 alone (issue 22's speed curve)"),
+    "b12": (["model.trunk.layers=12"], "frozen, block 12 alone (issue 22's speed curve)"),
     "b24": (["model.trunk.layers=24"], "frozen, block 24 alone"),
     "b30": (["model.trunk.layers=30"], "frozen, block 30 (all) alone"),
     # several blocks at once against the single block of the same depth
