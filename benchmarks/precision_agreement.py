@@ -144,17 +144,9 @@ def compare(model_dir: str, precisions: list[str], data_root: Path) -> dict:
     return result
 
 
-def default_data_root() -> Path:
-    """../shared/data beside the checkout (or beside the folder of worktrees that holds it)."""
-    for root in (REPO.parent, REPO.parent.parent):
-        if (root / "shared" / "data").is_dir():
-            return root / "shared" / "data"
-    return REPO.parent / "shared" / "data"
-
-
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from spacy_throughput import cpu_name
+    from spacy_throughput import cpu_name, default_data_root
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=str(REPO / "benchmarks" / "runs" / "ple" / "best"))

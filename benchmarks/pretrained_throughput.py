@@ -38,6 +38,7 @@ from spacy_throughput import (
     REPO,
     SpacyProcess,
     cpu_name,
+    default_data_root,
     read_sentences,
     timed,
     untrained_model,
@@ -193,14 +194,6 @@ def measure(args: argparse.Namespace) -> dict:
         "entries": entries,
         "best": best_entry(entries),
     }
-
-
-def default_data_root() -> Path:
-    """../shared/data beside the checkout (or beside the folder of worktrees that holds it)."""
-    for root in (REPO.parent, REPO.parent.parent):
-        if (root / "shared" / "data").is_dir():
-            return root / "shared" / "data"
-    return REPO.parent / "shared" / "data"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,6 +66,14 @@ BUSY_SHARE = 0.1
 # ---------------------------------------------------------------------------------------------- both sides
 
 
+def default_data_root() -> Path:
+    """../shared/data beside the checkout (or beside the folder of worktrees that holds it)."""
+    for root in (REPO.parent, REPO.parent.parent):
+        if (root / "shared" / "data").is_dir():
+            return root / "shared" / "data"
+    return REPO.parent / "shared" / "data"
+
+
 def read_sentences(data_root: Path, count: int) -> list[list[str]]:
     """The first ``count`` CoNLL-2003 test token lists (0: all)."""
     with open(data_root / "conll2003" / "test.jsonl", encoding="utf-8") as f:
@@ -675,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
         spacy_worker(json.loads(sys.argv[2]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"), help="folder with conll2003/")
+    parser.add_argument("--data-root", default=str(default_data_root()), help="folder with conll2003/")
     parser.add_argument("--sentences", type=int, default=0, help="CoNLL-2003 test sentences (0: all)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (each system once per round)")
     parser.add_argument("--model", default=None, help="a trained model folder (default: benchmarks/runs/ple/best)")
