@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mtl_decoder import paths
 from mtl_decoder.errors import UserError
 from mtl_decoder.paths import (  # noqa: F401 - check_writable_parent, FILE, NEW, path_problem: the files API
     FILE,
@@ -107,14 +108,8 @@ def terminate_unwinds() -> Iterator[Unwinder]:
 
 
 def sibling_prefix(path: str | Path, room: int = TEMP_SUFFIX_BYTES) -> str:
-    """The name start every helper file of ``path`` shares (``.NAME``), shortened so that ``room`` more bytes fit
-    in NAME_MAX: a long name keeps its first bytes and gets a hash of the whole name, so it stays unique."""
-    name = Path(path).name
-    if len(name.encode("utf-8", "surrogateescape")) + 1 + room <= NAME_MAX:
-        return f".{name}"
-    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
-    head = name.encode("utf-8", "surrogateescape")[: NAME_MAX - room - len(digest) - 2]
-    return f".{head.decode('utf-8', 'ignore')}~{digest}"
+    """``paths.sibling_prefix`` with room for this module's temporary suffix by default."""
+    return paths.sibling_prefix(path, room)
 
 
 def temporary_sibling(path: str | Path) -> Path:

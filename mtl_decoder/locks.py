@@ -16,14 +16,13 @@ import os
 from pathlib import Path
 
 from mtl_decoder.errors import UserError
+from mtl_decoder.paths import sibling_prefix
 
 LOCK_SUFFIX = ".mtl-lock"
 
 
 def lock_path(path: str | Path) -> Path:
     """The lock file of ``path``: a hidden sibling."""
-    from mtl_decoder.files import sibling_prefix
-
     path = Path(path)
     return path.with_name(sibling_prefix(path, room=len(LOCK_SUFFIX)) + LOCK_SUFFIX)
 

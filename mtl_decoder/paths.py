@@ -11,6 +11,7 @@ new path: a symbolic link, a socket or a block device is refused, never replaced
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -118,3 +119,14 @@ def output_kind(path: str | Path, what: str = "--output") -> str:
     if not stat.S_ISREG(mode):
         raise UserError(f"{what} {path}: is not a regular file (a socket or a block device); choose another {what}")
     return FILE
+
+
+def sibling_prefix(path: str | Path, room: int) -> str:
+    """The name start every helper file of ``path`` shares (``.NAME``), shortened so that ``room`` more bytes fit
+    in NAME_MAX: a long name keeps its first bytes and gets a hash of the whole name, so it stays unique."""
+    name = Path(path).name
+    if len(name.encode("utf-8", "surrogateescape")) + 1 + room <= NAME_MAX:
+        return f".{name}"
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    head = name.encode("utf-8", "surrogateescape")[: NAME_MAX - room - len(digest) - 2]
+    return f".{head.decode('utf-8', 'ignore')}~{digest}"

@@ -24,8 +24,8 @@ from typing import Any
 
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import AtomicFile, check_writable_parent, terminate_unwinds
+from mtl_decoder.prediction.common import PredictSummary
 from mtl_decoder.prediction.outputs import errors_path
-from mtl_decoder.prediction.predict import PredictSummary
 
 FOOTER = "part"
 COUNTS = ("read", "predicted", "skipped", "truncated", "windowed", "tokens", "untagged_words")

@@ -23,7 +23,6 @@ import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -31,97 +30,22 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from mtl_decoder.config import parse_task_names
-from mtl_decoder.errors import DataError, UserError
+from mtl_decoder.errors import UserError
 from mtl_decoder.files import AtomicFile, remove, stale_temporaries, terminate_unwinds
 from mtl_decoder.inference import Predictor
+from mtl_decoder.prediction.common import (
+    ON_ERROR,
+    PredictSummary,
+    check_batch_size,
+    load_saved,
+    resolve_tasks,
+    set_aside,
+    with_gate_table,
+)
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord, check_text, check_tokens
 from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, prediction_dict
 from mtl_decoder.processes import launched
-from mtl_decoder.saved import SavedModel, load_model
-
-ON_ERROR = ("fail", "skip")
-
-
-@dataclass
-class PredictSummary:
-    """What a ``predict_file`` run did: every non-empty record read is either predicted or skipped."""
-
-    input: str
-    output: str
-    errors: str | None
-    """The skipped-records file (skip mode), else None."""
-    read: int = 0
-    predicted: int = 0
-    skipped: int = 0
-    truncated: int = 0
-    """Records longer than the model's maximum length whose classification saw only the first window."""
-    windowed: int = 0
-    """Records tagged in more than one window (too long for one pass)."""
-    untagged_words: int = 0
-    """Words longer than the maximum length on their own: in no window whole, so left 'O' unread."""
-    empty_lines: int = 0
-    tokens: int = 0
-    """Words predicted on: the input tokens, or the pre-tokenizer's words of a raw text."""
-    seconds: float = 0.0
-    precision: str = "fp32"
-    """The model's inference precision (see mtl_decoder.inference.PRECISIONS)."""
-    states: dict[str, int] | None = None
-    """A frozen trunk's state cache: texts 'computed' by the trunk, found 'cached' (computed before this run),
-    and 'repeated' inside the input (computed earlier in this run); None for other models."""
-    removed: list[str] = field(default_factory=list)
-    """Files removed on the way: temporaries of a killed run, an earlier run's errors file (fail mode, force)."""
-
-    @property
-    def all_failed(self) -> bool:
-        """Records were read and none could be predicted (skip mode: every one went to the errors file)."""
-        return self.read > 0 and self.predicted == 0
-
-    @property
-    def records_per_s(self) -> float:
-        return self.predicted / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "records_per_s": self.records_per_s, "tokens_per_s": self.tokens_per_s}
-
-    def report(self) -> str:
-        lines = [
-            f"read {self.read:,} records: predicted {self.predicted:,}, skipped {self.skipped:,}, "
-            f"truncated {self.truncated:,}, tagged in windows {self.windowed:,}; "
-            f"empty lines skipped {self.empty_lines:,}",
-            f"{self.seconds:.1f} s ({self.precision}): {self.records_per_s:,.1f} records/s, "
-            f"{self.tokens_per_s:,.0f} words/s",
-            f"predictions -> {self.output}",
-        ]
-        if self.states is not None:
-            s = self.states
-            lines.insert(
-                1,
-                f"trunk states: {s['computed']:,} texts computed, {s['cached']:,} from the state cache, "
-                f"{s['repeated']:,} repeats inside the input (the windows of a long text count apiece)",
-            )
-        if self.errors is not None:
-            lines.append(f"skipped records ({self.skipped:,}) -> {self.errors}")
-        if self.removed:
-            lines.append(f"removed: {', '.join(self.removed)}")
-        if self.read == 0:
-            lines.append(f"warning: {self.input} holds no records")
-        if self.truncated:
-            lines.append(
-                f"warning: {self.truncated:,} records were longer than the model's maximum length; their "
-                'classification read only the beginning (marked "truncated": true)'
-            )
-        if self.untagged_words:
-            lines.append(
-                f"warning: {self.untagged_words:,} words were longer than the model's maximum length on their own: "
-                'they are tagged "O" without being read (counted per record as "untagged")'
-            )
-        return "\n".join(lines)
-
+from mtl_decoder.saved import SavedModel
 
 # ---------------------------------------------------------------------------------------------- in programs
 
@@ -145,10 +69,10 @@ def predict_texts(
     (mtl_decoder.inference.gate_table; a SavedModel given here keeps using it). A frozen trunk's states are read
     from its cache folder under ``cache_dir`` (default: the model's) and written there only with ``cache_states``.
     int8 quantises a SavedModel given here in place."""
-    saved = _with_gate_table(_load(model, device), gate_table)
+    saved = with_gate_table(load_saved(model, device), gate_table)
     names = resolve_tasks(saved, tasks)
     predictor = Predictor.from_saved(
-        saved, _check_batch_size(batch_size), precision, workers, cache_states=cache_states, cache_dir=cache_dir
+        saved, check_batch_size(batch_size), precision, workers, cache_states=cache_states, cache_dir=cache_dir
     )
     return _predict_items(predictor, items, names)
 
@@ -221,13 +145,13 @@ def predict_file(
     with terminate_unwinds() as unwinder:
         if on_error not in ON_ERROR:
             raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
-        _check_batch_size(batch_size)
+        check_batch_size(batch_size)
         reader = InputReader(input, fmt, text_column)
         output = Path(output)
         errors = errors_path(output)
         skip = on_error == "skip"
         check_targets(input, output, errors, skip, force, model)
-        saved = _with_gate_table(_load(model, device), gate_table)
+        saved = with_gate_table(load_saved(model, device), gate_table)
         names = resolve_tasks(saved, tasks)
         predictor = Predictor.from_saved(
             saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir
@@ -266,7 +190,7 @@ def _stream(
         for record in reader:
             summary.read += 1
             if isinstance(record, BadRecord):
-                _set_aside(record, reader.path, bad)
+                set_aside(record, reader.path, bad)
                 summary.skipped += 1
                 continue
             pending.append(record)
@@ -292,45 +216,3 @@ def _stream(
         now = (cache.hits, cache.repeats, cache.misses)
         hits, repeats, misses = (a - b for a, b in zip(now, before, strict=True))
         summary.states = {"computed": misses, "cached": hits, "repeated": repeats}
-
-
-def _set_aside(record: BadRecord, path: str, bad: AtomicFile | None) -> None:
-    """Fail mode (no errors file): raise the record's DataError; skip mode: write it to the errors file."""
-    if bad is None:
-        raise DataError(path, record.line, record.reason, record.field)
-    entry: dict[str, Any] = {"line": record.line, "reason": record.reason}
-    if record.field is not None:
-        entry["reason"] = f"field '{record.field}': {record.reason}"
-        entry["field"] = record.field
-    entry["raw"] = record.raw
-    bad.write_json(entry)
-
-
-# ---------------------------------------------------------------------------------------------- shared
-
-
-def resolve_tasks(saved: SavedModel, tasks: str | Sequence[str] | None) -> list[str]:
-    """The tasks to predict: all of the model's, or the given names (a list or a comma-separated string)."""
-    known = saved.model.task_names
-    return parse_task_names(tasks, known) or list(known)
-
-
-def _load(model: SavedModel | str | Path, device: str | torch.device | None) -> SavedModel:
-    if isinstance(model, SavedModel):
-        return model
-    return load_model(model, device)
-
-
-def _with_gate_table(saved: SavedModel, gate_table: str | Path | None) -> SavedModel:
-    """The model reading its gates from a gate table (opt-in; see mtl_decoder.inference.gate_table)."""
-    if gate_table is not None:
-        from mtl_decoder.inference.gate_apply import apply_gate_table
-
-        apply_gate_table(saved, gate_table)
-    return saved
-
-
-def _check_batch_size(batch_size: int) -> int:
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise UserError(f"batch size must be a positive integer, got {batch_size!r}")
-    return batch_size

@@ -36,11 +36,18 @@ from tqdm import tqdm
 from mtl_decoder.errors import DataError, UserError
 from mtl_decoder.files import AtomicFile, remove, stale_temporaries, terminate_unwinds
 from mtl_decoder.inference import Predictor
-from mtl_decoder.prediction import predict as single
+from mtl_decoder.prediction.common import (
+    ON_ERROR,
+    PredictSummary,
+    check_batch_size,
+    load_saved,
+    resolve_tasks,
+    set_aside,
+    with_gate_table,
+)
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord
 from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, prediction_dict
 from mtl_decoder.prediction.parts import COUNTS, PartWriter, check_part_target
-from mtl_decoder.prediction.predict import PredictSummary
 from mtl_decoder.processes import Processes, ProcessFailed, Share
 
 T = TypeVar("T")
@@ -86,7 +93,7 @@ class _Writer:
     def error(self, index: int, record: BadRecord, path: str) -> None:
         """The errors-file entry of ``predict`` (its own rule: ``_set_aside``), to the errors file or the part."""
         target = self.bad if self.part is None else _PartErrors(self.part, index)
-        single._set_aside(record, path, target)
+        set_aside(record, path, target)
 
     def commit(self, footer: dict[str, Any], summary: PredictSummary) -> None:
         if self.part is not None:
@@ -189,9 +196,9 @@ def _prepare(
 ) -> tuple[InputReader, Predictor, list[str], Share, PredictSummary]:
     """Everything checked and loaded before the first record is read, on every process (the targets on the main
     one, which alone writes)."""
-    if on_error not in single.ON_ERROR:
-        raise UserError(f"on_error must be one of {', '.join(single.ON_ERROR)}, got '{on_error}'")
-    single._check_batch_size(batch_size)
+    if on_error not in ON_ERROR:
+        raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
+    check_batch_size(batch_size)
     k, n = parse_shard(shard) if shard is not None else (0, 1)
     reader = InputReader(input, fmt, text_column)
     output = Path(output)
@@ -203,8 +210,8 @@ def _prepare(
         else:
             check_targets(input, output, errors, skip, force)
     device = processes.device if processes.device is not None else device  # a launcher's process: its own
-    saved = single._with_gate_table(single._load(model, device), gate_table)
-    names = single.resolve_tasks(saved, tasks)
+    saved = with_gate_table(load_saved(model, device), gate_table)
+    names = resolve_tasks(saved, tasks)
     predictor = Predictor.from_saved(
         saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir
     )
@@ -242,7 +249,7 @@ def _own(
         summary.read += mine
         if isinstance(record, BadRecord):
             if not skip:
-                single._set_aside(record, reader.path, None)  # raises the record's DataError
+                set_aside(record, reader.path, None)  # raises the record's DataError
             summary.skipped += mine
             if mine and writer is not None:
                 writer.error(index, record, reader.path)
