@@ -15,7 +15,7 @@ pytest.importorskip("peft")
 
 from conftest import FIXTURES, tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
 from hf_testkit import FAMILIES, tiny_checkpoint
-from trunk_runs import trained
+from trunk_runs import batch, trained
 
 import mtl_decoder.model.pretrained.frozen as frozen
 from mtl_decoder.cli import main
@@ -49,14 +49,7 @@ def _model(checkpoint: Path, tmp: Path, *overrides: str) -> tuple[HybridDecoder,
 
 
 def _batch(encoder: TextEncoder) -> tuple[torch.Tensor, torch.Tensor]:
-    encoded = encoder.encode_batch(ITEMS)
-    T = max(len(e.ids) for e in encoded)
-    ids = torch.zeros(len(encoded), T, dtype=torch.long)
-    mask = torch.zeros(len(encoded), T, dtype=torch.bool)
-    for i, e in enumerate(encoded):
-        ids[i, : len(e.ids)] = torch.tensor(e.ids)
-        mask[i, : len(e.ids)] = True
-    return ids, mask
+    return batch(encoder, ITEMS)
 
 
 def _reference(checkpoint: Path, ids, mask) -> torch.Tensor:

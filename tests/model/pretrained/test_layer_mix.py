@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 
 from conftest import tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
 from hf_testkit import tiny_checkpoint
+from trunk_runs import batch
 
 from mtl_decoder.config import SHARED
 from mtl_decoder.data.tokenization import TextEncoder
@@ -44,14 +45,7 @@ def _model(checkpoint: Path, cache: Path, *overrides: str):
 
 
 def _batch(encoder: TextEncoder) -> tuple[torch.Tensor, torch.Tensor]:
-    encoded = encoder.encode_batch(ITEMS)
-    T = max(len(e.ids) for e in encoded)
-    ids = torch.zeros(len(encoded), T, dtype=torch.long)
-    mask = torch.zeros(len(encoded), T, dtype=torch.bool)
-    for i, e in enumerate(encoded):
-        ids[i, : len(e.ids)] = torch.tensor(e.ids)
-        mask[i, : len(e.ids)] = True
-    return ids, mask
+    return batch(encoder, ITEMS)
 
 
 def _hidden_states(checkpoint: Path, ids, mask) -> tuple[torch.Tensor, ...]:
