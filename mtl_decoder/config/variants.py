@@ -39,7 +39,7 @@ class Variant:
     asked for)."""
     expert_layers: int | None
     """How many of the top layers hold an expert block (None: every layer; ignored when not gated). The layers below
-    them are the shared bottom, each a plain SwiGLU MLP of width ``model.mlp_width`` on one row per example."""
+    them are the shared bottom, each a plain SwiGLU MLP of width ``model.mlp_hidden`` on one row per example."""
     description: str
 
     def head_route(self, task: str) -> str:

@@ -22,8 +22,9 @@ When a word's tags are final:
 Past the maximum length (the sliding-window policy): when the next word no longer fits in the cache, the stream
 starts over from the last ``context`` tokens (whole words, default half of the room): the cache is rewound in place,
 the special prefix ([CLS]) and those tokens run through the layers again at positions 1, 2, ..., and the stream
-continues after them. Words after a restart see at least ``context`` tokens of left context and at most
-``data.max_length - 1``; a restart costs one pass over ``context`` tokens every ``max_length - 1 - context`` tokens
+continues after them. The room for text is what ``predict`` leaves a record: ``data.max_length`` minus the special
+tokens (``max_length - 2`` with [CLS] ... [SEP]). Words after a restart see at least ``context`` tokens of left
+context and at most the room; a restart costs one pass over ``context`` tokens every ``room - context`` tokens
 (about twice the per-token work at the default), and the cache never grows.
 
 Pretrained trunks (``model.trunk``) are not supported here: a clear error.

@@ -1,0 +1,668 @@
+"""The results tables of README.md and docs/, rendered from benchmarks/results/*.json, and the check of every figure.
+
+    python benchmarks/doc_tables.py            # say which tables or figures differ from the result files
+    python benchmarks/doc_tables.py --write    # re-render every table in place (after a result file changed)
+
+Two mechanisms, both explicit in the markdown source and invisible when it is rendered:
+
+- **Tables.** A results table sits between ``<!-- table: NAME -->`` and ``<!-- /table -->``; ``TABLES[NAME]`` renders
+  it from the result files, so a doc holds exactly what the files say (a new ``distill_*`` row in quality.json
+  needs only ``--write``). ``tests/test_docs.py`` fails when a table differs from its rendering.
+- **Figures in prose.** A measured figure is followed by the expression it comes from, e.g.
+  ``0.855<!-- {quality.json runs.smollm2_frozen_ple.metrics.test.conll2003.f1} -->`` or
+  ``1.7<!-- 100 * ({quality.json runs.a.x} - {quality.json runs.b.x}) -->``: a ``{FILE PATH}`` reference is a value
+  in ``benchmarks/results/FILE`` (PATH: keys joined by dots; ``[k=v]`` picks the list element whose ``k`` is ``v``,
+  ``[N]`` the N-th),
+  combined with numbers, ``+ - * /``, ``min``, ``max`` and ``abs``. The figure must equal the value rounded to the
+  digits printed. A decimal, ``Nx`` or ``N%`` outside code, backticks and tables that carries no source is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import operator
+import re
+import sys
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+DASH = "–"
+
+
+def doc_files() -> list[Path]:
+    """README.md and every page of docs/."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+# ------------------------------------------------------------------------------------------ looking values up
+
+
+@cache
+def load(name: str) -> Any:
+    path = RESULTS / name
+    if not path.is_file():
+        raise LookupError(f"benchmarks/results/{name}: no such result file")
+    return json.loads(path.read_text())
+
+
+def lookup(name: str, path: str) -> Any:
+    """The value at PATH (``a.b[k=v].c``) in benchmarks/results/NAME."""
+    value = load(name)
+    for seg in re.findall(r"\[[^\]]*\]|[^.\[]+", path):
+        if seg.startswith("[") and seg[1:-1].isdigit():
+            if not isinstance(value, list) or int(seg[1:-1]) >= len(value):
+                raise LookupError(f"{name}: {path}: no element {seg}")
+            value = value[int(seg[1:-1])]
+        elif seg.startswith("["):
+            key, _, want = seg[1:-1].partition("=")
+            hits = [v for v in value if isinstance(v, dict) and str(v.get(key)) == want]
+            if len(hits) != 1:
+                raise LookupError(f"{name}: {path}: {len(hits)} elements with {key} = {want!r}")
+            value = hits[0]
+        elif isinstance(value, dict) and seg in value:
+            value = value[seg]
+        else:
+            raise LookupError(f"{name}: {path}: no key {seg!r}")
+    return value
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    """A figure as the docs print it: thousands separated by commas, DASH for a missing value."""
+    return DASH if value is None else f"{value:,.{digits}f}"
+
+
+def run(name: str, key: str, file: str = "quality.json") -> Any:
+    """A field of one run of a quality result file."""
+    return lookup(file, f"runs.{name}.{key}")
+
+
+def metric(file: str, name: str, split: str, task: str, key: str) -> float | None:
+    """A run's metric, None when the run has no such task (a single-task model)."""
+    metrics = lookup(file, f"runs.{name}.metrics.{split}")
+    return metrics[task][key] if task in metrics else None
+
+
+def mean_test(file: str, name: str, tasks: tuple[tuple[str, str], ...]) -> float | None:
+    values = [metric(file, name, "test", t, k) for t, k in tasks]
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def cpu(text: str) -> str:
+    """A CPU as a table cell: the model name without its family, cores and features."""
+    return re.sub(r"\s*\(family.*", "", text.replace("(R)", "")).split(",")[0].strip()
+
+
+# ------------------------------------------------------------------------------------------ the tables
+
+Table = tuple[list[str], list[list[str]]]
+CONLL_SST2 = (("conll2003", "f1"), ("sst2", "accuracy"))
+SEMEVAL = (("semeval14_aspect", "f1"), ("semeval14_polarity", "accuracy"))
+
+
+def render(table: Table) -> str:
+    header, rows = table
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def distill_runs() -> list[str]:
+    """The distillation rows quality.json holds, in the order they were added."""
+    return [name for name in lookup("quality.json", "runs") if name.startswith("distill_")]
+
+
+def peer(path: str) -> float:
+    return lookup("peers.json", f"peers.{path}")
+
+
+def throughput(name: str) -> dict:
+    return lookup("pretrained_throughput.json", f"entries[name={name}]")
+
+
+def summary_table() -> Table:
+    """README: the models a user chooses between, with the peers, quality and speed side by side."""
+    header = ["model", "CoNLL-2003 test F1", "SST-2 test acc", "words per CPU-second (1 thread)", "speed measured on"]
+    spacy_speed = "spacy_throughput.json"
+    sixteen = throughput("smollm2 16 blocks untrained fp32")
+    best = lookup("pretrained_throughput.json", "best")
+    rows = [
+        [
+            "`ple` on the frozen SmolLM2-135M trunk, 16 blocks, fp32",
+            fmt(metric("quality.json", "smollm2_frozen_ple", "test", "conll2003", "f1")),
+            fmt(metric("quality.json", "smollm2_frozen_ple", "test", "sst2", "accuracy")),
+            fmt(sixteen["words_per_cpu_s"], 0),
+            cpu(sixteen["cpu"]),
+        ],
+        [
+            f"`ple` on the frozen SmolLM2-135M trunk, {best['blocks']} blocks, `--precision {best['precision']}`",
+            fmt(best["conll2003_test_f1"]),
+            fmt(best["sst2_test_accuracy"]),
+            fmt(best["words_per_cpu_s"], 0),
+            cpu(best["cpu"]),
+        ],
+    ]
+    for name in distill_runs():
+        rows.append(
+            [
+                f"`{name}` (distilled student)",
+                fmt(metric("quality.json", name, "test", "conll2003", "f1")),
+                fmt(metric("quality.json", name, "test", "sst2", "accuracy")),
+                fmt(run(name, "words_per_cpu_s"), 0),
+                cpu(run(name, "cpu")),
+            ]
+        )
+    rows += [
+        [
+            "`ple` from scratch (`configs/bench/ple.yaml`)",
+            fmt(metric("quality_rerun.json", "ple", "test", "conll2003", "f1")),
+            fmt(metric("quality_rerun.json", "ple", "test", "sst2", "accuracy")),
+            fmt(lookup(spacy_speed, "summary.ours_1_thread.words_per_cpu_s"), 0),
+            cpu(lookup(spacy_speed, "cpu")),
+        ],
+        [
+            "peer: spaCy 3.8 CNN pipeline (ner + textcat)",
+            fmt(peer("spacy.conll2003.test_f1")),
+            fmt(peer("spacy.sst2.test_accuracy")),
+            fmt(lookup(spacy_speed, "summary.spacy_1_process.words_per_cpu_s"), 0),
+            cpu(lookup(spacy_speed, "cpu")),
+        ],
+        ["peer: feature CRF", fmt(peer("crf.conll2003.test_f1")), DASH, DASH, DASH],
+        ["peer: TF-IDF + logistic regression", DASH, fmt(peer("tfidf_lr.sst2.test_accuracy")), DASH, DASH],
+    ]
+    return header, rows
+
+
+def distill_table() -> Table:
+    """docs/distillation.md: every distillation row of quality.json with its teacher's settings."""
+    header = [
+        "run",
+        "CoNLL test F1",
+        "SST-2 test acc",
+        "words per CPU-second",
+        "transfer texts",
+        "soft",
+        "T",
+        "alpha",
+        "teacher minutes",
+        "CPU",
+    ]
+    rows = []
+    for name in distill_runs():
+        r = lookup("quality.json", f"runs.{name}")
+        rows.append(
+            [
+                f"`{name}`",
+                fmt(metric("quality.json", name, "test", "conll2003", "f1")),
+                fmt(metric("quality.json", name, "test", "sst2", "accuracy")),
+                fmt(r["words_per_cpu_s"], 0),
+                fmt(r["transfer_texts"], 0),
+                "yes" if r["soft"] else "no (hard labels)",
+                fmt(r["temperature"], 1),
+                fmt(r["alpha"], 2),
+                fmt(r["teacher_minutes"], 1),
+                cpu(r["cpu"]),
+            ]
+        )
+    return header, rows
+
+
+def quality_table(
+    file: str, names: list[str], tasks: tuple[tuple[str, str], ...], labels: list[str], gap: bool = False
+) -> Table:
+    """Validation and test of each task's primary metric, the test mean, minutes, parameters, peak memory."""
+    header = ["model"]
+    for label in labels:
+        header += [f"{label} val", f"{label} test"]
+    header += ["mean primary (test)"]
+    if gap:
+        header += ["CoNLL val − test (points)"]
+    header += ["train min", "params", "peak mem (GiB)", "CPU"]
+    rows = []
+    for name in names:
+        r = lookup(file, f"runs.{name}")
+        row = [f"`{name}`" + ("†" if r.get("resumed") else "")]
+        for task, key in tasks:
+            row += [fmt(metric(file, name, "validation", task, key)), fmt(metric(file, name, "test", task, key))]
+        row.append(fmt(mean_test(file, name, tasks)))
+        if gap:
+            val, test = (metric(file, name, s, "conll2003", "f1") for s in ("validation", "test"))
+            row.append(DASH if val is None else fmt(100 * (val - test), 1))
+        row += [
+            fmt(r["train_minutes"], 1),
+            f"{r['parameters'] / 1e6:.1f}M",
+            fmt(r["peak_memory_mb"] / 1024, 1),
+            cpu(r["cpu"]),
+        ]
+        rows.append(row)
+    return header, rows
+
+
+SCRATCH = [
+    "ple",
+    "cgc",
+    "mmoe",
+    "mlp",
+    "single_conll2003",
+    "single_sst2",
+    "ple_causal",
+    "ple_softmax",
+    "ple_subwords_only",
+    "ple_equal",
+]
+RERUN = ["ple", "cgc", "mmoe", "mlp", "single_conll2003", "single_sst2", "ple_linear_pos"]
+PRETRAINED = [
+    "smollm2_frozen_ple",
+    "smollm2_single_conll2003",
+    "smollm2_single_sst2",
+    "smollm2_b8_ple",
+    "smollm2_b4_ple",
+]
+PRETRAINED_ABLATIONS = [
+    "smollm2_conll_first_causal",
+    "smollm2_conll_last_causal",
+    "smollm2_conll_first_bidirectional",
+    "smollm2_conll_last_bidirectional",
+    "smollm2_conll_no_hashed_words",
+    "smollm2_conll_trunk_only",
+    "smollm2_single_conll2003_trunk_only",
+]
+
+
+def peers_table() -> Table:
+    """docs/benchmarks.md: the peers of peers.json on every task they were scored on."""
+    header = [
+        "peer",
+        "CoNLL-2003 val / test F1",
+        "SST-2 val / test acc",
+        "SemEval aspect test F1",
+        "SemEval polarity test acc (macro-F1)",
+        "train CPU-seconds",
+    ]
+
+    def pair(a: str, b: str) -> str:
+        return f"{fmt(peer(a))} / {fmt(peer(b))}"
+
+    rows = [
+        [
+            "feature CRF",
+            pair("crf.conll2003.validation_f1", "crf.conll2003.test_f1"),
+            DASH,
+            fmt(peer("crf.semeval14_aspect.test_f1")),
+            DASH,
+            fmt(peer("crf.conll2003.train_cpu_s"), 0),
+        ],
+        [
+            "TF-IDF + logistic regression",
+            DASH,
+            pair("tfidf_lr.sst2.validation_accuracy", "tfidf_lr.sst2.test_accuracy"),
+            DASH,
+            f"{fmt(peer('tfidf_lr.semeval14_polarity.test_accuracy'))} "
+            f"({fmt(peer('tfidf_lr.semeval14_polarity.test_macro_f1'))})",
+            DASH,
+        ],
+        [
+            "spaCy 3.8 CNN pipeline",
+            pair("spacy.conll2003.validation_f1", "spacy.conll2003.test_f1"),
+            pair("spacy.sst2.validation_accuracy", "spacy.sst2.test_accuracy"),
+            DASH,
+            DASH,
+            fmt(peer("spacy.train_cpu_s"), 0),
+        ],
+    ]
+    return header, rows
+
+
+def blocks_table() -> Table:
+    """docs/pretrained.md: quality and speed against the number of SmolLM2 blocks kept, fp32 and int8."""
+    header = [
+        "SmolLM2 blocks",
+        "words per CPU-second, fp32 / int8",
+        "CoNLL test F1, fp32 / int8",
+        "SST-2 test acc, fp32 / int8",
+        "CPU",
+    ]
+    names = {16: "smollm2 16 blocks untrained", 8: "smollm2_blocks8_ple/best", 4: "smollm2_b4_ple/best"}
+    rows = []
+    for blocks, name in names.items():
+        a, b = throughput(f"{name} fp32"), throughput(f"{name} int8")
+        if blocks == 16:  # the speed of an untrained model of the trained one's shape; quality from quality.json
+            conll = f"{fmt(metric('quality.json', 'smollm2_frozen_ple', 'test', 'conll2003', 'f1'))} / {DASH}"
+            sst2 = f"{fmt(metric('quality.json', 'smollm2_frozen_ple', 'test', 'sst2', 'accuracy'))} / {DASH}"
+        else:
+            conll = f"{fmt(a['conll2003_test_f1'])} / {fmt(b['conll2003_test_f1'])}"
+            sst2 = f"{fmt(a['sst2_test_accuracy'])} / {fmt(b['sst2_test_accuracy'])}"
+        rows.append(
+            [
+                str(blocks),
+                f"{fmt(a['words_per_cpu_s'], 1)} / {fmt(b['words_per_cpu_s'], 1)}",
+                conll,
+                sst2,
+                cpu(a["cpu"]),
+            ]
+        )
+    return header, rows
+
+
+def speed_table() -> Table:
+    """docs/benchmarks.md: words per CPU-second against spaCy, one thread, alternating in one run."""
+    f = "spacy_throughput.json"
+    header = ["system (1 thread)", "words per CPU-second", "MFLOP per word", "CPU"]
+    rows = [
+        [
+            "ours, `configs/bench/ple.yaml`, fp32",
+            fmt(lookup(f, "summary.ours_1_thread.words_per_cpu_s"), 0),
+            fmt(lookup(f, "ours.mflop_per_word"), 1),
+            cpu(lookup(f, "cpu")),
+        ],
+        [
+            "spaCy 3.8, CNN width 96, depth 4 (the peer)",
+            fmt(lookup(f, "summary.spacy_1_process.words_per_cpu_s"), 0),
+            fmt(lookup(f, "spacy.mflop_per_word_estimate"), 2),
+            cpu(lookup(f, "cpu")),
+        ],
+        [
+            "spaCy 3.8, CNN width 256, depth 8",
+            fmt(lookup(f, "spacy_wide_cnn.summary.spacy_1_process.words_per_cpu_s"), 0),
+            fmt(lookup(f, "spacy_wide_cnn.spacy.mflop_per_word_estimate"), 1),
+            cpu(lookup(f, "cpu")),
+        ],
+    ]
+    for m in lookup(f, "size_variants.models")[1:]:
+        rows.append(
+            [
+                f"ours, {m['model']} (untrained, speed only)",
+                fmt(m["words_per_cpu_s"], 0),
+                fmt(m["mflop_per_word"], 1),
+                cpu(lookup(f, "cpu")),
+            ]
+        )
+    return header, rows
+
+
+def ple_block_table() -> Table:
+    """docs/benchmarks.md: one expert layer against the recompute-per-task formulation."""
+    header = ["variant", "tasks", "ms / step", "recompute-per-task ms", "speedup", "ideal", "of peak", "CPU"]
+    rows = []
+    for variant in ("ple", "cgc", "mmoe"):
+        for tasks in (2, 4):
+            r = load(f"ple_block_{variant}_{tasks}tasks.json")
+            rows.append(
+                [
+                    f"`{variant}`",
+                    str(tasks),
+                    fmt(r["ms_per_step"], 0),
+                    fmt(r["recompute_ms_per_step"], 0),
+                    f"{fmt(r['speedup'], 2)}x",
+                    f"{fmt(r['ideal_speedup'], 2)}x",
+                    fmt(r["fraction_of_peak"], 2),
+                    r["cpu"],
+                ]
+            )
+    return header, rows
+
+
+def predict_table() -> Table:
+    """docs/benchmarks.md: predict against a one-sentence-at-a-time loop."""
+    header = [
+        "result file",
+        "precision",
+        "torch threads",
+        "sentences/s",
+        "words/s",
+        "loop sentences/s",
+        "batched / loop",
+    ]
+    rows = []
+    for name in ("predict_throughput.json", "predict_throughput_bf16.json", "predict_throughput_1thread.json"):
+        r = load(name)
+        rows.append(
+            [
+                f"`{name}`",
+                r["precision"],
+                str(r["torch_threads"]),
+                fmt(r["sentences_per_s"], 0),
+                fmt(r["tokens_per_s"], 0),
+                fmt(r["naive_sentences_per_s"], 0),
+                f"{fmt(r['batched_over_naive'], 2)}x",
+            ]
+        )
+    return header, rows
+
+
+def scale_table() -> Table:
+    """docs/scale-out.md: one process against two, the whole command each."""
+    r = load("predict_scale.json")
+    header = ["way", "predict seconds", "records/s", "whole command seconds"]
+    rows = [
+        [way, fmt(w["predict_seconds"], 1), fmt(w["records_per_s"], 0), fmt(w["wall_seconds"], 1)]
+        for way, w in r["ways"].items()
+    ]
+    return header, rows
+
+
+def gate_table() -> Table:
+    """docs/diagnostics.md: the gate table's quality and speed against the exact model."""
+    r = load("gate_table.json")
+    header = [
+        "gates",
+        "threshold",
+        "NER F1",
+        "sentiment acc",
+        "expert rows skipped",
+        "real gates run",
+        "one sentence vs exact",
+        "batched vs exact",
+    ]
+    rows = []
+    for row in r["rows"]:
+        stats = row["gate_stats"]
+        exact = row["setting"] == "exact"
+        every_token = row["edge_margin"] in (
+            "all",
+            0.5,
+        )  # the file's "all" is --edge-margin 0.5: no token reads the table
+        label = row["setting"] + (" (`--edge-margin 0.5`)" if every_token else "")
+        rows.append(
+            [
+                label,
+                DASH if exact else fmt(row["threshold"], 2),
+                fmt(row["metrics"]["ner"]),
+                fmt(row["metrics"]["sentiment"]),
+                "0%" if exact else f"{100 * stats['skipped_share']:.0f}%",
+                "100%" if exact else f"{100 * stats['full_gate_share']:.0f}%",
+                f"{fmt(row['single_ms'], 1)} ms"
+                if exact
+                else f"{100 * (row['single_ms'] / row['exact_single_ms'] - 1):+.0f}%",
+                f"{fmt(row['batched_s'], 2)} s"
+                if exact
+                else f"{100 * (row['batched_s'] / row['exact_batched_s'] - 1):+.0f}%",
+            ]
+        )
+    return header, rows
+
+
+def semeval_names(prefix: str) -> list[str]:
+    return [f"{prefix}semeval_ple", f"{prefix}semeval_single_aspect", f"{prefix}semeval_single_polarity"]
+
+
+TABLES: dict[str, Callable[[], Table]] = {
+    "summary": summary_table,
+    "distill": distill_table,
+    "peers": peers_table,
+    "blocks": blocks_table,
+    "speed": speed_table,
+    "ple_block": ple_block_table,
+    "predict": predict_table,
+    "scale": scale_table,
+    "gate_table": gate_table,
+    "scratch": lambda: quality_table("quality.json", SCRATCH, CONLL_SST2, ["CoNLL F1", "SST-2 acc"], gap=True),
+    "scratch_semeval": lambda: quality_table("quality.json", semeval_names(""), SEMEVAL, ["aspect F1", "polarity acc"]),
+    "rerun": lambda: quality_table("quality_rerun.json", RERUN, CONLL_SST2, ["CoNLL F1", "SST-2 acc"], gap=True),
+    "rerun_semeval": lambda: quality_table(
+        "quality_rerun.json", semeval_names(""), SEMEVAL, ["aspect F1", "polarity acc"]
+    ),
+    "pretrained": lambda: quality_table("quality.json", PRETRAINED, CONLL_SST2, ["CoNLL F1", "SST-2 acc"], gap=True),
+    "pretrained_semeval": lambda: quality_table(
+        "quality.json", semeval_names("smollm2_"), SEMEVAL, ["aspect F1", "polarity acc"]
+    ),
+    "pretrained_ablations": lambda: quality_table(
+        "quality.json", PRETRAINED_ABLATIONS, (("conll2003", "f1"),), ["CoNLL F1"], gap=True
+    ),
+}
+
+# ------------------------------------------------------------------------------------------ the docs
+
+TABLE_BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(\n<!-- /table -->)", re.S)
+
+
+def tables_in(text: str) -> Iterator[tuple[str, str]]:
+    """(name, body) of every marked table of a doc."""
+    for m in TABLE_BLOCK.finditer(text):
+        yield m["name"], m["body"]
+
+
+def rewrite(text: str) -> str:
+    """The doc with every marked table rendered again (a table whose result file is missing is left as it is)."""
+
+    def again(m: re.Match) -> str:
+        try:
+            return m[1] + render(TABLES[m["name"]]()) + m[4]
+        except (KeyError, LookupError):  # reported by table_errors
+            return m[0]
+
+    return TABLE_BLOCK.sub(again, text)
+
+
+# A figure with its source: the number (sign, thousands commas, decimals), an optional x or %, the comment.
+SOURCED = re.compile(r"(?P<num>[+\-−]?\d[\d,]*(?:\.\d+)?)(?P<unit>x|%)?<!--(?P<expr>.*?)-->", re.S)
+# What counts as a measured figure in prose: a decimal, a ratio (Nx) or a share (N%).
+FIGURE = re.compile(r"(?<![\w.\-/])[+\-−]?\d[\d,]*(?:\.\d+(?:x|%)?|x|%)(?![\w])")
+VERSION = re.compile(r"(spaCy|PyTorch|torch|Python|CUDA|transformers|Accelerate|peft) ?=*$")
+REF = re.compile(r"\{(?P<file>[\w.-]+\.json) (?P<path>[^{}]+)\}")
+BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+FUNCS = {"min": min, "max": max, "abs": abs}
+
+
+def evaluate_source(expr: str) -> float:
+    """The value of a figure's source expression (see the module docstring)."""
+    values: list[float] = []
+
+    def ref(m: re.Match) -> str:
+        values.append(float(lookup(m["file"], m["path"].strip())))
+        return f"_v{len(values) - 1}"
+
+    code = REF.sub(ref, expr.strip())
+    if not values:
+        raise LookupError(f"source {expr.strip()!r} names no {{FILE PATH}} value")
+
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return node.value
+        if isinstance(node, ast.Name) and node.id.startswith("_v"):
+            return values[int(node.id[2:])]
+        if isinstance(node, ast.BinOp) and type(node.op) in BINOPS:
+            return BINOPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCS:
+            return FUNCS[node.func.id](*(ev(a) for a in node.args))
+        raise ValueError(f"source {expr.strip()!r}: only numbers, + - * /, min, max, abs and {{FILE PATH}} values")
+
+    return ev(ast.parse(code, mode="eval"))
+
+
+def printed_matches(printed: str, value: float) -> bool:
+    """Whether PRINTED (as the doc shows it) is VALUE rounded to the digits printed."""
+    digits = printed.replace(",", "").replace("−", "-")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    shown = f"{value:+.{decimals}f}" if digits[0] in "+-" else f"{abs(value):.{decimals}f}"
+    if digits[0] not in "+-" and value < 0:
+        return False
+    return shown == digits or (shown.lstrip("+-") == digits.lstrip("+-") and float(digits) == 0)
+
+
+def prose(text: str) -> str:
+    """TEXT with code blocks, marked tables, inline code and comments blanked (same length, lines kept)."""
+
+    def blank(m: re.Match) -> str:
+        return re.sub(r"[^\n]", " ", m[0])
+
+    text = re.sub(r"^```.*?^```", blank, text, flags=re.S | re.M)
+    text = TABLE_BLOCK.sub(blank, text)
+    text = re.sub(r"`[^`\n]*`", blank, text)
+    return text
+
+
+def figure_errors(path: Path) -> list[str]:
+    """Every prose figure of a doc whose source disagrees with it, names nothing, or is missing."""
+    text = path.read_text()
+    where = lambda pos: f"{path.relative_to(REPO)}:{text.count(chr(10), 0, pos) + 1}"  # noqa: E731
+    errors = []
+    visible = prose(text)
+    sourced_at = set()
+    for m in SOURCED.finditer(text):
+        if visible[m.start("num")] == " ":  # inside code or a table: not prose
+            continue
+        sourced_at.add(m.start("num"))
+        try:
+            value = evaluate_source(m["expr"])
+        except (LookupError, ValueError, SyntaxError, TypeError, ZeroDivisionError) as exc:
+            errors.append(f"{where(m.start())}: {m['num']}{m['unit'] or ''}: {exc}")
+            continue
+        if not printed_matches(m["num"], value):
+            errors.append(f"{where(m.start())}: {m['num']}{m['unit'] or ''} printed, the source gives {value!r}")
+    for m in FIGURE.finditer(re.sub(r"<!--.*?-->", lambda c: " " * len(c[0]), visible, flags=re.S)):
+        if m.start() in sourced_at or VERSION.search(visible[max(0, m.start() - 16) : m.start()]):
+            continue
+        errors.append(f"{where(m.start())}: {m[0]} has no source (follow it with <!-- {{FILE PATH}} -->)")
+    return errors
+
+
+def table_errors(path: Path) -> list[str]:
+    """Every marked table of a doc that differs from its rendering (or names no known table)."""
+    errors = []
+    for name, body in tables_in(path.read_text()):
+        if name not in TABLES:
+            errors.append(f"{path.relative_to(REPO)}: table {name!r} is not one of {sorted(TABLES)}")
+            continue
+        try:
+            rendered = render(TABLES[name]())
+        except LookupError as exc:
+            errors.append(f"{path.relative_to(REPO)}: table {name!r}: {exc}")
+            continue
+        if body != rendered:
+            errors.append(
+                f"{path.relative_to(REPO)}: table {name!r} differs from the result files "
+                f"(python benchmarks/doc_tables.py --write)"
+            )
+    return errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="re-render every marked table in place")
+    args = parser.parse_args(argv)
+    errors = []
+    for path in doc_files():
+        if args.write:
+            text = path.read_text()
+            new = rewrite(text)
+            if new != text:
+                path.write_text(new)
+                print(f"rendered the tables of {path.relative_to(REPO)}")
+        errors += table_errors(path) + figure_errors(path)
+    print("\n".join(errors) or "every table and figure matches benchmarks/results")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
