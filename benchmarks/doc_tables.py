@@ -1,80 +1,17 @@
-"""The results tables of README.md and docs/, rendered from benchmarks/results/*.json, and the check of every figure.
+"""The results tables of README.md and docs/, each rendered from benchmarks/results/*.json.
 
-    python benchmarks/doc_tables.py            # say which tables or figures differ from the result files
-    python benchmarks/doc_tables.py --write    # re-render every table in place (after a result file changed)
-
-Two mechanisms, both explicit in the markdown source and invisible when it is rendered:
-
-- **Tables.** A results table sits between ``<!-- table: NAME -->`` and ``<!-- /table -->``; ``TABLES[NAME]`` renders
-  it from the result files, so a doc holds exactly what the files say (a new ``distill_*`` row in quality.json
-  needs only ``--write``). ``tests/test_docs.py`` fails when a table differs from its rendering.
-- **Figures in prose.** A measured figure is followed by the expression it comes from, e.g.
-  ``0.855<!-- {quality.json runs.smollm2_frozen_ple.metrics.test.conll2003.f1} -->`` or
-  ``1.7<!-- 100 * ({quality.json runs.a.x} - {quality.json runs.b.x}) -->``: a ``{FILE PATH}`` reference is a value
-  in ``benchmarks/results/FILE`` (PATH: keys joined by dots; ``[k=v]`` picks the list element whose ``k`` is ``v``,
-  ``[N]`` the N-th),
-  combined with numbers, ``+ - * /``, ``min``, ``max`` and ``abs``. The figure must equal the value rounded to the
-  digits printed. A decimal, ``Nx`` or ``N%`` outside code, backticks and tables that carries no source is an error.
+A doc holds a table between ``<!-- table: NAME -->`` and ``<!-- /table -->``; ``TABLES[NAME]`` renders it, and
+``python benchmarks/doc_check.py --write`` puts the rendering in place (a new ``distill_*`` run in quality.json needs
+nothing else). ``tests/test_docs.py`` fails when a doc's table differs from its rendering.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
-import json
-import operator
 import re
-import sys
-from collections.abc import Callable, Iterator
-from functools import cache
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
-DASH = "–"
-
-
-def doc_files() -> list[Path]:
-    """README.md and every page of docs/."""
-    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-
-
-# ------------------------------------------------------------------------------------------ looking values up
-
-
-@cache
-def load(name: str) -> Any:
-    path = RESULTS / name
-    if not path.is_file():
-        raise LookupError(f"benchmarks/results/{name}: no such result file")
-    return json.loads(path.read_text())
-
-
-def lookup(name: str, path: str) -> Any:
-    """The value at PATH (``a.b[k=v].c``) in benchmarks/results/NAME."""
-    value = load(name)
-    for seg in re.findall(r"\[[^\]]*\]|[^.\[]+", path):
-        if seg.startswith("[") and seg[1:-1].isdigit():
-            if not isinstance(value, list) or int(seg[1:-1]) >= len(value):
-                raise LookupError(f"{name}: {path}: no element {seg}")
-            value = value[int(seg[1:-1])]
-        elif seg.startswith("["):
-            key, _, want = seg[1:-1].partition("=")
-            hits = [v for v in value if isinstance(v, dict) and str(v.get(key)) == want]
-            if len(hits) != 1:
-                raise LookupError(f"{name}: {path}: {len(hits)} elements with {key} = {want!r}")
-            value = hits[0]
-        elif isinstance(value, dict) and seg in value:
-            value = value[seg]
-        else:
-            raise LookupError(f"{name}: {path}: no key {seg!r}")
-    return value
-
-
-def fmt(value: float | None, digits: int = 3) -> str:
-    """A figure as the docs print it: thousands separated by commas, DASH for a missing value."""
-    return DASH if value is None else f"{value:,.{digits}f}"
+from doc_sources import DASH, fmt, load, lookup
 
 
 def run(name: str, key: str, file: str = "quality.json") -> Any:
@@ -283,7 +220,8 @@ def peers_table() -> Table:
         "SST-2 val / test acc",
         "SemEval aspect test F1",
         "SemEval polarity test acc (macro-F1)",
-        "train CPU-seconds",
+        "train CPU-seconds (CoNLL-2003 / SST-2)",
+        "CPU",
     ]
 
     def pair(a: str, b: str) -> str:
@@ -296,7 +234,8 @@ def peers_table() -> Table:
             DASH,
             fmt(peer("crf.semeval14_aspect.test_f1")),
             DASH,
-            fmt(peer("crf.conll2003.train_cpu_s"), 0),
+            f"{fmt(peer('crf.conll2003.train_cpu_s'), 0)} / {DASH}",
+            cpu(peer("crf.run.cpu")),
         ],
         [
             "TF-IDF + logistic regression",
@@ -305,7 +244,8 @@ def peers_table() -> Table:
             DASH,
             f"{fmt(peer('tfidf_lr.semeval14_polarity.test_accuracy'))} "
             f"({fmt(peer('tfidf_lr.semeval14_polarity.test_macro_f1'))})",
-            DASH,
+            f"{DASH} / {fmt(peer('tfidf_lr.sst2.train_cpu_s'), 0)}",
+            cpu(peer("tfidf_lr.run.cpu")),
         ],
         [
             "spaCy 3.8 CNN pipeline",
@@ -313,7 +253,8 @@ def peers_table() -> Table:
             pair("spacy.sst2.validation_accuracy", "spacy.sst2.test_accuracy"),
             DASH,
             DASH,
-            fmt(peer("spacy.train_cpu_s"), 0),
+            f"{fmt(peer('spacy.train_cpu_s'), 0)} (both tasks, one pipeline)",
+            cpu(peer("spacy.run.cpu")),
         ],
     ]
     return header, rows
@@ -516,153 +457,3 @@ TABLES: dict[str, Callable[[], Table]] = {
         "quality.json", PRETRAINED_ABLATIONS, (("conll2003", "f1"),), ["CoNLL F1"], gap=True
     ),
 }
-
-# ------------------------------------------------------------------------------------------ the docs
-
-TABLE_BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(\n<!-- /table -->)", re.S)
-
-
-def tables_in(text: str) -> Iterator[tuple[str, str]]:
-    """(name, body) of every marked table of a doc."""
-    for m in TABLE_BLOCK.finditer(text):
-        yield m["name"], m["body"]
-
-
-def rewrite(text: str) -> str:
-    """The doc with every marked table rendered again (a table whose result file is missing is left as it is)."""
-
-    def again(m: re.Match) -> str:
-        try:
-            return m[1] + render(TABLES[m["name"]]()) + m[4]
-        except (KeyError, LookupError):  # reported by table_errors
-            return m[0]
-
-    return TABLE_BLOCK.sub(again, text)
-
-
-# A figure with its source: the number (sign, thousands commas, decimals), an optional x or %, the comment.
-SOURCED = re.compile(r"(?P<num>[+\-−]?\d[\d,]*(?:\.\d+)?)(?P<unit>x|%)?<!--(?P<expr>.*?)-->", re.S)
-# What counts as a measured figure in prose: a decimal, a ratio (Nx) or a share (N%).
-FIGURE = re.compile(r"(?<![\w.\-/])[+\-−]?\d[\d,]*(?:\.\d+(?:x|%)?|x|%)(?![\w])")
-VERSION = re.compile(r"(spaCy|PyTorch|torch|Python|CUDA|transformers|Accelerate|peft) ?=*$")
-REF = re.compile(r"\{(?P<file>[\w.-]+\.json) (?P<path>[^{}]+)\}")
-BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-FUNCS = {"min": min, "max": max, "abs": abs}
-
-
-def evaluate_source(expr: str) -> float:
-    """The value of a figure's source expression (see the module docstring)."""
-    values: list[float] = []
-
-    def ref(m: re.Match) -> str:
-        values.append(float(lookup(m["file"], m["path"].strip())))
-        return f"_v{len(values) - 1}"
-
-    code = REF.sub(ref, expr.strip())
-    if not values:
-        raise LookupError(f"source {expr.strip()!r} names no {{FILE PATH}} value")
-
-    def ev(node: ast.AST) -> float:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return node.value
-        if isinstance(node, ast.Name) and node.id.startswith("_v"):
-            return values[int(node.id[2:])]
-        if isinstance(node, ast.BinOp) and type(node.op) in BINOPS:
-            return BINOPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCS:
-            return FUNCS[node.func.id](*(ev(a) for a in node.args))
-        raise ValueError(f"source {expr.strip()!r}: only numbers, + - * /, min, max, abs and {{FILE PATH}} values")
-
-    return ev(ast.parse(code, mode="eval"))
-
-
-def printed_matches(printed: str, value: float) -> bool:
-    """Whether PRINTED (as the doc shows it) is VALUE rounded to the digits printed."""
-    digits = printed.replace(",", "").replace("−", "-")
-    decimals = len(digits.split(".")[1]) if "." in digits else 0
-    shown = f"{value:+.{decimals}f}" if digits[0] in "+-" else f"{abs(value):.{decimals}f}"
-    if digits[0] not in "+-" and value < 0:
-        return False
-    return shown == digits or (shown.lstrip("+-") == digits.lstrip("+-") and float(digits) == 0)
-
-
-def prose(text: str) -> str:
-    """TEXT with code blocks, marked tables, inline code and comments blanked (same length, lines kept)."""
-
-    def blank(m: re.Match) -> str:
-        return re.sub(r"[^\n]", " ", m[0])
-
-    text = re.sub(r"^```.*?^```", blank, text, flags=re.S | re.M)
-    text = TABLE_BLOCK.sub(blank, text)
-    text = re.sub(r"`[^`\n]*`", blank, text)
-    return text
-
-
-def figure_errors(path: Path) -> list[str]:
-    """Every prose figure of a doc whose source disagrees with it, names nothing, or is missing."""
-    text = path.read_text()
-    where = lambda pos: f"{path.relative_to(REPO)}:{text.count(chr(10), 0, pos) + 1}"  # noqa: E731
-    errors = []
-    visible = prose(text)
-    sourced_at = set()
-    for m in SOURCED.finditer(text):
-        if visible[m.start("num")] == " ":  # inside code or a table: not prose
-            continue
-        sourced_at.add(m.start("num"))
-        try:
-            value = evaluate_source(m["expr"])
-        except (LookupError, ValueError, SyntaxError, TypeError, ZeroDivisionError) as exc:
-            errors.append(f"{where(m.start())}: {m['num']}{m['unit'] or ''}: {exc}")
-            continue
-        if not printed_matches(m["num"], value):
-            errors.append(f"{where(m.start())}: {m['num']}{m['unit'] or ''} printed, the source gives {value!r}")
-    for m in FIGURE.finditer(re.sub(r"<!--.*?-->", lambda c: " " * len(c[0]), visible, flags=re.S)):
-        if m.start() in sourced_at or VERSION.search(visible[max(0, m.start() - 16) : m.start()]):
-            continue
-        errors.append(f"{where(m.start())}: {m[0]} has no source (follow it with <!-- {{FILE PATH}} -->)")
-    return errors
-
-
-def table_errors(path: Path) -> list[str]:
-    """Every marked table of a doc that differs from its rendering (or names no known table)."""
-    errors = []
-    for name, body in tables_in(path.read_text()):
-        if name not in TABLES:
-            errors.append(f"{path.relative_to(REPO)}: table {name!r} is not one of {sorted(TABLES)}")
-            continue
-        try:
-            rendered = render(TABLES[name]())
-        except LookupError as exc:
-            errors.append(f"{path.relative_to(REPO)}: table {name!r}: {exc}")
-            continue
-        if body != rendered:
-            errors.append(
-                f"{path.relative_to(REPO)}: table {name!r} differs from the result files "
-                f"(python benchmarks/doc_tables.py --write)"
-            )
-    return errors
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="re-render every marked table in place")
-    args = parser.parse_args(argv)
-    errors = []
-    for path in doc_files():
-        if args.write:
-            text = path.read_text()
-            new = rewrite(text)
-            if new != text:
-                path.write_text(new)
-                print(f"rendered the tables of {path.relative_to(REPO)}")
-        errors += table_errors(path) + figure_errors(path)
-    print("\n".join(errors) or "every table and figure matches benchmarks/results")
-    return 1 if errors else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

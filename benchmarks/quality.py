@@ -303,7 +303,7 @@ def table(results: dict) -> str:
             f"{run['train_minutes']:.1f}",
             f"{run['tokens_per_s']:,.0f}",
             f"{run['parameters'] / 1e6:.1f}M",
-            f"{run['peak_memory_mb'] / 1024:.1f} GB",
+            f"{run['peak_memory_mb'] / 1024:.1f} GiB",
         ]
 
     def block(names: list[str], columns: list[tuple[str, tuple[str, str, str]]], tasks: tuple[str, ...]) -> list[str]:

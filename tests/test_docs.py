@@ -3,7 +3,7 @@ the schema, every command against the CLI's parser.
 
 The figures: results tables sit between ``<!-- table: NAME -->`` markers and must equal what
 ``benchmarks/doc_tables.py`` renders from the result files; prose figures carry their source expression in a comment
-(see that module's docstring). The key and command checks read the docs directly.
+(``benchmarks/doc_check.py`` describes both). The key and command checks read the docs directly.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib.util
+import importlib
 import io
 import json
 import re
 import shlex
+import sys
 import types
 import typing
 from pathlib import Path
@@ -29,14 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
-def load_doc_tables():
-    spec = importlib.util.spec_from_file_location("doc_tables", REPO / "benchmarks" / "doc_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-doc_tables = load_doc_tables()
+sys.path.insert(0, str(REPO / "benchmarks"))  # the benchmark scripts import each other as top-level modules
+doc_check = importlib.import_module("doc_check")
+doc_sources = importlib.import_module("doc_sources")
+doc_tables = importlib.import_module("doc_tables")
 
 
 def doc_id(path: Path) -> str:
@@ -48,22 +45,22 @@ def doc_id(path: Path) -> str:
 
 @pytest.mark.parametrize("path", DOCS, ids=doc_id)
 def test_results_tables_are_what_the_result_files_say(path):
-    assert doc_tables.table_errors(path) == []
+    assert doc_check.block_errors(path) == []
 
 
 @pytest.mark.parametrize("path", DOCS, ids=doc_id)
 def test_prose_figures_match_their_sources(path):
-    assert doc_tables.figure_errors(path) == []
+    assert doc_check.figure_errors(path) == []
 
 
 def test_every_marked_table_is_rendered_somewhere():
-    used = {name for path in DOCS for name, _ in doc_tables.tables_in(path.read_text())}
+    used = {name for path in DOCS for name, _ in doc_check.tables_in(path.read_text())}
     assert used == set(doc_tables.TABLES), "a table the renderer knows is in no doc, or a doc names an unknown one"
 
 
 def cells(text: str, name: str) -> tuple[list[str], list[list[str]]]:
     """The header and rows of a marked table, split into cells."""
-    body = dict(doc_tables.tables_in(text))[name]
+    body = dict(doc_check.tables_in(text))[name]
     lines = [[c.strip() for c in line.strip("|").split("|")] for line in body.splitlines()]
     return lines[0], lines[2:]
 
@@ -109,17 +106,17 @@ def test_readme_summary_reads_straight_from_the_json():
 
 def test_a_changed_figure_or_result_is_caught(tmp_path, monkeypatch):
     text = (REPO / "docs" / "benchmarks.md").read_text()
-    body = dict(doc_tables.tables_in(text))["scratch"]
+    body = dict(doc_check.tables_in(text))["scratch"]
     assert "| 0.769 |" in body
     block = f"<!-- table: scratch -->\n{body}\n<!-- /table -->\n"
-    monkeypatch.setattr(doc_tables, "REPO", tmp_path)
+    monkeypatch.setattr(doc_check, "REPO", tmp_path)
     copy = tmp_path / "page.md"
     copy.write_text(block.replace("| 0.769 |", "| 0.768 |", 1))
-    assert doc_tables.table_errors(copy), "a figure changed in a table went unnoticed"
+    assert doc_check.block_errors(copy), "a figure changed in a table went unnoticed"
     copy.write_text(block)
-    assert doc_tables.table_errors(copy) == []
+    assert doc_check.block_errors(copy) == []
 
-    original = doc_tables.load
+    original = doc_sources.load
 
     def changed(name: str):
         value = original(name)
@@ -128,22 +125,41 @@ def test_a_changed_figure_or_result_is_caught(tmp_path, monkeypatch):
             value["runs"]["ple"]["metrics"]["test"]["conll2003"]["f1"] += 0.01
         return value
 
-    monkeypatch.setattr(doc_tables, "load", changed)
-    assert doc_tables.table_errors(copy), "a changed result file went unnoticed"
+    monkeypatch.setattr(doc_sources, "load", changed)
+    assert doc_check.block_errors(copy), "a changed result file went unnoticed"
+
+
+def test_a_generated_block_must_equal_its_generator(tmp_path, monkeypatch):
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "toy_report.py").write_text(
+        "def records(result):\n    return f\"| records |\\n| {result['records']:,} |\"\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "benchmarks"))
+    monkeypatch.setattr(doc_check, "REPO", tmp_path)
+    records = json.loads((REPO / "benchmarks" / "results" / "predict_scale.json").read_text())["records"]
+    page = tmp_path / "page.md"
+    block = "<!-- generated: toy_report.records predict_scale.json -->\n| records |\n| {} |\n<!-- /generated -->\n"
+    page.write_text(block.format(f"{records:,}"))
+    assert doc_check.block_errors(page) == []
+    assert doc_check.figure_errors(page) == []  # a generated block is not prose
+    page.write_text(block.format(f"{records + 1:,}"))
+    assert doc_check.block_errors(page)
+    page.write_text(block.replace("toy_report", "no_report").format(f"{records:,}"))
+    assert "no benchmarks/no_report.py" in doc_check.block_errors(page)[0]
 
 
 def test_prose_figures_need_the_right_source(tmp_path, monkeypatch):
-    monkeypatch.setattr(doc_tables, "REPO", tmp_path)
+    monkeypatch.setattr(doc_check, "REPO", tmp_path)
     page = tmp_path / "page.md"
     src = "{predict_scale.json speedup_2_processes_over_1_thread}"
     page.write_text(f"Two processes are 1.69x<!-- {src} --> faster; `0.5` is code.\n")
-    assert doc_tables.figure_errors(page) == []
+    assert doc_check.figure_errors(page) == []
     page.write_text(f"Two processes are 1.70x<!-- {src} --> faster.\n")
-    assert "the source gives" in doc_tables.figure_errors(page)[0]
+    assert "the source gives" in doc_check.figure_errors(page)[0]
     page.write_text("Two processes are 1.69x faster and 98.0% agree.\n")
-    assert len(doc_tables.figure_errors(page)) == 2
+    assert len(doc_check.figure_errors(page)) == 2
     page.write_text("It is 1.7<!-- {predict_scale.json no_such_key} --> faster.\n")
-    assert "no key" in doc_tables.figure_errors(page)[0]
+    assert "no key" in doc_check.figure_errors(page)[0]
 
 
 # ------------------------------------------------------------------------------------------ (b) config keys
@@ -320,3 +336,33 @@ def test_the_readme_holds_the_commands_ci_runs():
 
 def test_readme_is_a_guide():
     assert len((REPO / "README.md").read_text().splitlines()) <= 250
+
+
+# ------------------------------------------------------------------------------------------ links
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
+    return {slug(m[1]) for m in re.finditer(r"^#+ (.*)$", text, flags=re.M)}
+
+
+@pytest.mark.parametrize("path", DOCS, ids=doc_id)
+def test_links_reach_a_file_and_heading(path):
+    broken = []
+    for m in LINK.finditer(path.read_text()):
+        target = m["target"]
+        if re.match(r"[a-z]+://", target):
+            continue
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        if not resolved.exists() or (anchor and resolved.suffix == ".md" and anchor not in anchors(resolved)):
+            broken.append(target)
+    assert broken == []

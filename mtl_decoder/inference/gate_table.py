@@ -14,7 +14,7 @@ of each token's gate input (the normed residual stream the gate reads) and the g
 
 A gate is one small linear layer and a softmax over a handful of experts, so replacing it saves next to nothing:
 any saving comes from step 3. Whether it is worth it depends on how peaked the gates are; see benchmarks/gate_table.py
-and the README for what it gave here. It is off unless asked for (``predict --gate-table``).
+and docs/diagnostics.md for what it gave here. It is off unless asked for (``predict --gate-table``).
 
 A table is two files: TABLE.safetensors (edges, means, counts and norm range of every gate) and TABLE.json (the
 settings, the expert names, the sample, and the SHA-256 of the model's weights it was built from, checked when it is
