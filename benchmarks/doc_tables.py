@@ -31,8 +31,10 @@ def mean_test(file: str, name: str, tasks: tuple[tuple[str, str], ...]) -> float
     return sum(values) / len(values) if values else None
 
 
-def cpu(text: str) -> str:
+def cpu(text: str | None) -> str:
     """A CPU as a table cell: the model name without its family, cores and features."""
+    if text is None:
+        return DASH
     return re.sub(r"\s*\(family.*", "", text.replace("(R)", "")).split(",")[0].strip()
 
 
@@ -55,8 +57,11 @@ def distill_runs() -> list[str]:
     return [name for name in lookup("quality.json", "runs") if name.startswith("distill_")]
 
 
-def peer(path: str) -> float:
-    return lookup("peers.json", f"peers.{path}")
+def peer(path: str) -> Any:
+    """A value of peers.json's ``peers.PATH``; None while that peer (PATH's first key) has no entry yet, so its cells
+    show DASH (a wrong key inside an entry still fails)."""
+    name = path.split(".")[0]
+    return lookup("peers.json", f"peers.{path}") if name in lookup("peers.json", "peers") else None
 
 
 def throughput(name: str) -> dict:
@@ -253,7 +258,9 @@ def peers_table() -> Table:
             pair("spacy.sst2.validation_accuracy", "spacy.sst2.test_accuracy"),
             DASH,
             DASH,
-            f"{fmt(peer('spacy.train_cpu_s'), 0)} (both tasks, one pipeline)",
+            DASH
+            if peer("spacy.train_cpu_s") is None
+            else f"{fmt(peer('spacy.train_cpu_s'), 0)} (both tasks, one pipeline)",
             cpu(peer("spacy.run.cpu")),
         ],
     ]
