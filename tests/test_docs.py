@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from mtl_decoder.cli import build_parser
-from mtl_decoder.config.schema import ExperimentConfig, TaskConfig
+from mtl_decoder.config import ExperimentConfig, TaskConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
