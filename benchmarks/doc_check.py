@@ -38,20 +38,21 @@ def doc_files() -> list[Path]:
 
 
 BLOCK = re.compile(
-    r"(?P<open><!-- (?P<kind>table|generated): (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(?P<close>\n<!-- /(?P=kind) -->)",
+    r"(?P<open><!-- (?P<kind>table|generated): (?P<spec>[^\n]*?) -->)\n(?P<body>.*?)(?P<close><!-- /(?P=kind) -->)",
     re.S,
 )
 # A figure with its source: the number (sign, thousands commas, decimals), an optional x or %, the comment.
 SOURCED = re.compile(r"(?P<num>[+\-−]?\d[\d,]*(?:\.\d+)?)(?P<unit>x|%)?<!--(?P<expr>.*?)-->", re.S)
 # What counts as a measured figure in prose: a decimal, a ratio (Nx) or a share (N%).
 FIGURE = re.compile(r"(?<![\w.\-/])[+\-−]?\d[\d,]*(?:\.\d+(?:x|%)?|x|%)(?![\w])")
-VERSION = re.compile(r"(spaCy|PyTorch|torch|Python|CUDA|transformers|Accelerate|peft) ?=*$")
+# Numbers that are names, not measurements: versions, and sections of a paper.
+NOT_A_FIGURE = re.compile(r"(spaCy|PyTorch|torch|Python|CUDA|transformers|Accelerate|peft|[Ss]ections?|§) ?=*$")
 
 
 def blocks_in(text: str) -> Iterator[tuple[str, str, str]]:
     """(kind, spec, body) of every marked table and generated block of a doc."""
     for m in BLOCK.finditer(text):
-        yield m["kind"], m["spec"], m["body"]
+        yield m["kind"], m["spec"], m["body"].removesuffix("\n")
 
 
 def tables_in(text: str) -> Iterator[tuple[str, str]]:
@@ -72,7 +73,10 @@ def expected(kind: str, spec: str) -> str:
     if not (REPO / "benchmarks" / f"{module}.py").is_file():
         raise LookupError(f"generated block {spec!r}: no benchmarks/{module}.py")
     make = getattr(importlib.import_module(module), name)
-    return str(make(*(doc_sources.load(f) for f in file))).strip("\n")
+    try:
+        return str(make(*(doc_sources.load(f) for f in file))).strip("\n")
+    except Exception as exc:  # the generator's own failure, reported with the block it renders
+        raise LookupError(f"generated block {spec!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def rewrite(text: str) -> str:
@@ -80,7 +84,7 @@ def rewrite(text: str) -> str:
 
     def again(m: re.Match) -> str:
         try:
-            return m["open"] + expected(m["kind"], m["spec"]) + m["close"]
+            return f"{m['open']}\n{expected(m['kind'], m['spec'])}\n{m['close']}"
         except LookupError:  # reported by block_errors
             return m[0]
 
@@ -138,7 +142,7 @@ def figure_errors(path: Path) -> list[str]:
             errors.append(f"{where(m.start())}: {m['num']}{m['unit'] or ''} printed, the source gives {value!r}")
     uncommented = re.sub(r"<!--.*?-->", lambda c: " " * len(c[0]), visible, flags=re.S)
     for m in FIGURE.finditer(uncommented):
-        if m.start() in sourced_at or VERSION.search(visible[max(0, m.start() - 16) : m.start()]):
+        if m.start() in sourced_at or NOT_A_FIGURE.search(visible[max(0, m.start() - 16) : m.start()]):
             continue
         errors.append(f"{where(m.start())}: {m[0]} has no source (follow it with <!-- {{FILE PATH}} -->)")
     return errors

@@ -156,6 +156,8 @@ def test_prose_figures_need_the_right_source(tmp_path, monkeypatch):
     assert doc_check.figure_errors(page) == []
     page.write_text(f"Two processes are 1.70x<!-- {src} --> faster.\n")
     assert "the source gives" in doc_check.figure_errors(page)[0]
+    page.write_text("spaCy 3.8 (section 5.2 of the paper) is not a figure.\n")
+    assert doc_check.figure_errors(page) == []
     page.write_text("Two processes are 1.69x faster and 98.0% agree.\n")
     assert len(doc_check.figure_errors(page)) == 2
     page.write_text("It is 1.7<!-- {predict_scale.json no_such_key} --> faster.\n")
