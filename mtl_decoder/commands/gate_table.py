@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mtl_decoder.errors import UserError
+from mtl_decoder.paths import check_outside_model
 
 
 def run_build_gate_table(args: argparse.Namespace) -> None:
@@ -17,6 +18,7 @@ def run_build_gate_table(args: argparse.Namespace) -> None:
     reader = InputReader(args.input, args.format, args.text_column)
     tensors, meta = table_paths(args.output)
     for target in (tensors, meta):
+        check_outside_model(target, args.model)
         if target.exists() and not args.force:
             raise UserError(f"{target}: already exists (use --force to overwrite)")
 
