@@ -1,6 +1,6 @@
 """No command writes into a model folder (the rule predict already had, paths.check_outside_model): evaluate
---output and build-gate-table --output are refused there with one line naming the path, and the model folder's
-files stay byte-identical. (export: tests/model/pretrained/test_export_targets.py.)"""
+--output, build-gate-table --output and predict --shard K/N --output are refused there with one line naming the
+path, and the model folder's files stay byte-identical. (export: tests/model/pretrained/test_export_targets.py.)"""
 
 from __future__ import annotations
 
@@ -68,3 +68,12 @@ def test_build_gate_table_writes_beside_the_model_folder(model, sample, tmp_path
     assert main(["build-gate-table", "--model", str(model), "--input", str(sample), "--output", str(out)]) == 0
     assert Path(f"{out}.safetensors").is_file() and Path(f"{out}.json").is_file()
 
+
+@pytest.mark.parametrize("shard", ["0/1", "1/2"])
+def test_a_shard_refuses_a_part_file_inside_the_model_folder(model, sample, shard, capsys):
+    """Before, a sharded (or launched) predict skipped the rule a single process applies: ``--shard K/N --output
+    MODEL/model.safetensors --force`` overwrote the weights."""
+    out = model / "model.safetensors"
+    argv = ["predict", "--model", str(model), "--input", str(sample), "--output", str(out), "--shard", shard]
+    err = refused([*argv, "--force", "--workers", "1"], model, capsys)
+    assert f"--output {out}: is inside" in err

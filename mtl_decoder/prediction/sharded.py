@@ -159,9 +159,9 @@ def _prepare(
     skip = on_error == "skip"
     if processes.is_main:
         if shard is not None:
-            check_part_target(input, output, force)
+            check_part_target(input, output, force, model)
         else:
-            check_targets(input, output, errors, skip, force)
+            check_targets(input, output, errors, skip, force, model)
     device = processes.device if processes.device is not None else device  # a launcher's process: its own
     saved = with_gate_table(load_saved(model, device), gate_table)
     names = resolve_tasks(saved, tasks)
