@@ -123,16 +123,23 @@ def output_kind(path: str | Path, what: str = "--output") -> str:
 
 
 def check_outside_model(
-    target: str | Path, model_dir: str | Path | None, what: str = "--output", replaces: bool = False
+    target: str | Path,
+    model_dir: str | Path | None,
+    what: str = "--output",
+    replaces: bool = False,
+    own: str | Path | None = None,
 ) -> None:
     """An output never goes into a model folder (``model_dir``; None or not a folder: nothing to check): it could
-    replace the model's own files (``--force``), and a model folder holds only what ``save_model`` wrote (and
-    evaluate's and diagnose's default report folders). ``replaces``: the output replaces the folder ``target`` whole
-    (export --force), so a ``target`` holding the model folder (its run folder, or a folder above) is refused too."""
+    replace the model's own files (``--force``), and a model folder holds only what ``save_model`` wrote and the
+    commands' own report folders: ``own``, the one the calling command writes by default (evaluate's MODEL/eval-SPLIT,
+    diagnose's MODEL/diagnose), may be ``target`` exactly. ``replaces``: the output replaces the folder ``target``
+    whole (export --force), so a ``target`` holding the model folder (its run folder, or one above) is refused too."""
     if model_dir is None or not Path(model_dir).is_dir():
         return
     model = Path(os.path.realpath(model_dir))
     resolved = Path(os.path.realpath(target))  # a link into the model folder is inside it; a link loop raises nothing
+    if own is not None and resolved == Path(os.path.realpath(own)):
+        return
     if model == resolved or model in resolved.parents:
         raise UserError(f"{what} {target}: is inside the model folder {model_dir}; write outputs somewhere else")
     if replaces and resolved in model.parents:

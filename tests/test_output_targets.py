@@ -1,6 +1,7 @@
 """No command writes into a model folder (the rule predict already had, paths.check_outside_model): evaluate
---output, build-gate-table --output and predict --shard K/N --output are refused there with one line naming the
-path, and the model folder's files stay byte-identical. (export: tests/model/pretrained/test_export_targets.py.)"""
+--output, diagnose --output, build-gate-table --output and predict --shard K/N --output are refused there with one
+line naming the path, and the model folder's files stay byte-identical. (export:
+tests/model/pretrained/test_export_targets.py.)"""
 
 from __future__ import annotations
 
@@ -53,6 +54,19 @@ def test_evaluate_still_writes_its_default_report_folder_named_explicitly(model)
     out = model / "eval-validation"  # the default for --split validation, given as --output
     assert main(["evaluate", "--model", str(model), "--split", "validation", "--output", str(out)]) == 0
     assert (out / "metrics.json").is_file()
+
+
+@pytest.mark.parametrize("where", [".", "report"])
+def test_diagnose_refuses_an_output_inside_the_model_folder(model, where, capsys):
+    out = model / where
+    err = refused(["diagnose", "--model", str(model), "--examples", "2", "--output", str(out)], model, capsys)
+    assert f"--output {out}: is inside" in err
+
+
+def test_diagnose_checkpoints_refuses_an_output_inside_the_runs_model_folder(tiny_run, tmp_path, capsys):
+    run = Path(shutil.copytree(tiny_run, tmp_path / "run"))
+    out = run / "best" / "timeline"
+    refused(["diagnose", "--checkpoints", str(run), "--examples", "2", "--output", str(out)], run / "best", capsys)
 
 
 @pytest.mark.parametrize("name", ["model", "info", "gates"])

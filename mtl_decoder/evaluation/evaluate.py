@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -101,8 +100,7 @@ def evaluate(
     out_dir = Path(output_dir) if output_dir is not None else default
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--output {out_dir}: exists and is not a directory")
-    if output_dir is not None and Path(os.path.realpath(out_dir)) != Path(os.path.realpath(default)):
-        check_outside_model(out_dir, model_dir)  # the default is the model's own report folder
+    check_outside_model(out_dir, model_dir, own=default)
     if processes.is_main:  # the one that writes (another machine's processes may not see its folder)
         check_writable_parent(out_dir / METRICS_FILE, "--output")
     saved = load_model(model_dir, processes.device if processes.device is not None else device)
