@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("transformers")
 
 from conftest import tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
-from hf_testkit import FAMILIES, tiny_checkpoint
+from hf_testkit import FAMILIES, assert_fp16_rounded, tiny_checkpoint
 
 from mtl_decoder.config import SHARED
 from mtl_decoder.data.tokenization import TextEncoder
@@ -135,8 +135,8 @@ def test_frozen_states_are_cached_and_shared_between_models(checkpoints, tmp_pat
     assert computed == len(ITEMS)
     got = states(ids, mask)
     expected = _reference(checkpoints["gpt2"], ids, mask, causal=True, layers=1)
-    for i in range(len(ITEMS)):
-        torch.testing.assert_close(got[i][mask[i]], expected[i][mask[i]], atol=2e-2, rtol=1e-2)  # stored in fp16
+    for i in range(len(ITEMS)):  # stored in float16: AutoModel's values to float16's rounding, elementwise
+        assert_fp16_rounded(got[i][mask[i]], expected[i][mask[i]])  # measured: at most 0.98 of the bound
     again, _ = _model(checkpoints["gpt2"], tmp_path, "model.trunk.mode=frozen", "model.trunk.layers=1")
     assert again.states.cache.directory == states.cache.directory
     torch.testing.assert_close(again.states(ids, mask), got)
