@@ -40,6 +40,7 @@ from torch import nn
 from mtl_decoder.config import SHARED, ExperimentConfig
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_text, check_writable_parent, replace_dir, temporary_sibling
+from mtl_decoder.paths import check_outside_model
 from mtl_decoder.saved import load_model
 
 DEFAULT_EXPERT = f"{SHARED}/0"
@@ -68,7 +69,7 @@ def export_trunk(
     """Write the trunk of the saved model ``model_dir`` (on the path of ``expert``, default ``shared/0``) to
     ``output`` as a transformers causal-LM checkpoint; an existing ``output`` is replaced only with ``force``."""
     output = Path(output)
-    _check_output(output, force)
+    _check_output(output, model_dir, force)
     saved = load_model(model_dir, device="cpu")
     config, model = saved.config, saved.model
     trunk = config.model.trunk
@@ -117,7 +118,8 @@ def export_trunk(
     return ExportResult(output, trunk.mode, chosen, "original" if head is not None else "tied", notes)
 
 
-def _check_output(output: Path, force: bool) -> None:
+def _check_output(output: Path, model_dir: str | Path, force: bool) -> None:
+    check_outside_model(output, model_dir, replaces=True)  # --force replaces the folder whole
     if output.exists():
         if not output.is_dir():
             raise UserError(f"--output {output}: a file is in the way; choose another folder")

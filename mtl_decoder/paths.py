@@ -2,10 +2,11 @@
 
 ``path_problem`` says why a path cannot be read (not found, a folder, a symbolic link loop); ``check_name`` and
 ``check_writable_parent`` why an output cannot be created there (a NUL, a name over ``NAME_MAX`` bytes, a parent
-that is a file or not writable); ``output_kind`` what an existing output is. An output is a regular file or a
-new path: a symbolic link, a socket or a block device is refused, never replaced; a character device or a FIFO
-(``/dev/null``, ``/dev/stdout``, a named pipe) is written straight through, since replacing it would destroy it
-(as root, ``--output /dev/null --force`` replaced the system's) and a reader of a pipe cannot wait for a rename.
+that is a file or not writable), ``check_outside_model`` why it may not go there (into a model folder);
+``output_kind`` what an existing output is. An output is a regular file or a new path: a symbolic link, a socket or
+a block device is refused, never replaced; a character device or a FIFO (``/dev/null``, ``/dev/stdout``, a named
+pipe) is written straight through, since replacing it would destroy it (as root, ``--output /dev/null --force``
+replaced the system's) and a reader of a pipe cannot wait for a rename.
 """
 
 from __future__ import annotations
@@ -119,6 +120,33 @@ def output_kind(path: str | Path, what: str = "--output") -> str:
     if not stat.S_ISREG(mode):
         raise UserError(f"{what} {path}: is not a regular file (a socket or a block device); choose another {what}")
     return FILE
+
+
+def check_outside_model(
+    target: str | Path,
+    model_dir: str | Path | None,
+    what: str = "--output",
+    replaces: bool = False,
+    own: str | Path | None = None,
+) -> None:
+    """An output never goes into a model folder (``model_dir``; None or not a folder: nothing to check): it could
+    replace the model's own files (``--force``), and a model folder holds only what ``save_model`` wrote and the
+    commands' own report folders: ``own``, the one the calling command writes by default (evaluate's MODEL/eval-SPLIT,
+    diagnose's MODEL/diagnose), may be ``target`` exactly. ``replaces``: the output replaces the folder ``target``
+    whole (export --force), so a ``target`` holding the model folder (its run folder, or one above) is refused too."""
+    if model_dir is None or not Path(model_dir).is_dir():
+        return
+    model = Path(os.path.realpath(model_dir))
+    resolved = Path(os.path.realpath(target))  # a link into the model folder is inside it; a link loop raises nothing
+    if own is not None and resolved == Path(os.path.realpath(own)):
+        return
+    if model == resolved or model in resolved.parents:
+        raise UserError(f"{what} {target}: is inside the model folder {model_dir}; write outputs somewhere else")
+    if replaces and resolved in model.parents:
+        raise UserError(
+            f"{what} {target}: holds the model folder {model_dir}, which replacing it would delete; write outputs "
+            "somewhere else"
+        )
 
 
 def sibling_prefix(path: str | Path, room: int) -> str:

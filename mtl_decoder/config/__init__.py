@@ -1,5 +1,6 @@
-"""Experiment configuration: typed dataclasses (``schema``) loaded from YAML with dotted overrides (``loading``);
-task kinds and metric names (``kinds``) and the expert-block variants (``variants``) are written once here.
+"""Experiment configuration: typed dataclasses (``schema``; the model section in ``model``, a task's in ``task``)
+loaded from YAML with dotted overrides (``loading``); task kinds and metric names (``kinds``) and the expert-block
+variants (``variants``) are written once here.
 
 config = load_config("configs/demo.yaml", ["model.d_model=64", "tasks.ner.data.train=my.jsonl"])
 """
@@ -23,20 +24,18 @@ from mtl_decoder.config.loading import (
     parse_override,
     parse_task_names,
 )
+from mtl_decoder.config.model import ModelConfig
 from mtl_decoder.config.schema import (
     BalancingConfig,
-    ColumnsConfig,
     DataConfig,
     DistillConfig,
     EvaluationConfig,
     ExperimentConfig,
-    ModelConfig,
-    TaskConfig,
-    TaskDataConfig,
     TokenizerConfig,
     TrainingConfig,
-    TrunkConfig,
 )
+from mtl_decoder.config.task import ColumnsConfig, TaskConfig, TaskDataConfig
+from mtl_decoder.config.trunk import TrunkConfig
 from mtl_decoder.config.variants import SHARED, VARIANTS, Variant
 
 __all__ = [

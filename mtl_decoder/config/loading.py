@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from mtl_decoder.config.kinds import SPLITS
-from mtl_decoder.config.schema import ExperimentConfig, TaskConfig
+from mtl_decoder.config.schema import ExperimentConfig
+from mtl_decoder.config.task import TaskConfig
 from mtl_decoder.errors import ConfigError, did_you_mean
 from mtl_decoder.files import path_problem
 

@@ -16,14 +16,14 @@ so the caller decides whether to stop (training data: ``RecordReader`` raises a 
 and field) or to set it aside (``predict --on-error skip``). Problems with the file as a whole (not found, a
 folder, unknown format, a CSV header without a needed column) raise ``DataError``. Hostile input stays one
 record's problem: lines are bounded in length, JSON in nesting depth, and a CSV quote left open is reported at
-the line where it began, the rows after it read normally.
+the line where it began, the rows after it read normally. ``Record`` and ``BadRecord`` are in records.py, the .json
+reader in json_array.py.
 """
 
 from __future__ import annotations
 
 import codecs
 import csv
-import json
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtl_decoder.data.safejson import MAX_JSON_DEPTH, json_depth_exceeds, json_kind, json_list_cell, parse_json_object
+from mtl_decoder.data.json_array import read_json_array
+from mtl_decoder.data.records import BadRecord, Record
+from mtl_decoder.data.safejson import json_list_cell, parse_json_object
 from mtl_decoder.errors import DataError
 from mtl_decoder.files import path_problem
 
@@ -94,24 +96,6 @@ def detect_format(path: str | Path, fmt: str | None = None, prediction: bool = F
 
 
 @dataclass
-class Record:
-    line: int
-    """1-based line the record starts on (the first line of a CoNLL sentence; the row for parquet)."""
-    data: dict[str, Any]
-    raw: str = ""
-    """The record's text as read, for line-based formats (what an errors file shows)."""
-
-
-@dataclass
-class BadRecord:
-    line: int
-    reason: str
-    raw: str
-    """The record's text as read (undecodable bytes replaced)."""
-    field: str | None = None
-
-
-@dataclass
 class _Line:
     number: int
     text: str
@@ -158,7 +142,7 @@ class FileRecords:
         self.empty_lines = 0
         readers = {
             "jsonl": self._read_jsonl,
-            "json": self._read_json,
+            "json": lambda: read_json_array(self.path),
             "csv": lambda: self._read_delimited(","),
             "tsv": lambda: self._read_delimited("\t"),
             "parquet": self._read_parquet,
@@ -219,50 +203,6 @@ class FileRecords:
                 continue
             data, reason = parse_json_object(text)
             yield BadRecord(line.number, reason, text) if data is None else Record(line.number, data, text)
-
-    def _read_json(self) -> Iterator[Record | BadRecord]:
-        # A JSON array cannot be streamed with the standard library: decode element by element to keep lines.
-        # A broken array cannot be resynchronised, so its errors concern the file from that point on.
-        try:
-            text = Path(self.path).read_text(encoding="utf-8-sig")
-        except UnicodeDecodeError as err:
-            raise DataError(self.path, None, f"not valid UTF-8 ({err.reason} at byte {err.start + 1})") from None
-        if json_depth_exceeds(text, MAX_JSON_DEPTH + 1):
-            raise DataError(self.path, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-        decoder = json.JSONDecoder()
-        pos = _skip_space(text, 0)
-        if pos >= len(text) or text[pos] != "[":
-            raise DataError(self.path, text.count("\n", 0, pos) + 1, "expected a JSON array of objects")
-        lineno, counted = 1, 0  # line of text[counted], advanced incrementally (no rescans from the start)
-
-        def line_at(p: int) -> int:
-            nonlocal lineno, counted
-            lineno += text.count("\n", counted, p)
-            counted = p
-            return lineno
-
-        pos = _skip_space(text, pos + 1)
-        first = True
-        while pos < len(text) and text[pos] != "]":
-            if not first:
-                if text[pos] != ",":
-                    raise DataError(self.path, line_at(pos), "malformed JSON (expected ',' or ']' after an object)")
-                pos = _skip_space(text, pos + 1)
-            first = False
-            line = line_at(pos)
-            try:
-                data, end = decoder.raw_decode(text, pos)
-            except json.JSONDecodeError as err:
-                raise DataError(self.path, err.lineno, f"malformed JSON ({err.msg} at column {err.colno})") from None
-            if not isinstance(data, dict):
-                yield BadRecord(line, f"expected a JSON object, got {json_kind(data)}", text[pos:end])
-            else:
-                yield Record(line, data)
-            pos = _skip_space(text, end)
-        if pos >= len(text):
-            raise DataError(self.path, text.count("\n") + 1, "malformed JSON (unterminated array)")
-        if _skip_space(text, pos + 1) < len(text):
-            raise DataError(self.path, line_at(pos), "malformed JSON (text after the closing ']')")
 
     # ------------------------------------------------------------------------------------------ csv / tsv
 
@@ -389,12 +329,6 @@ class FileRecords:
         elif widths != {1}:
             data["columns"] = [c[1:] for c in cols]
         return Record(lines[0].number, data, raw)
-
-
-def _skip_space(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in " \t\r\n":
-        pos += 1
-    return pos
 
 
 class RecordReader:

@@ -35,6 +35,7 @@ from mtl_decoder.errors import UserError, did_you_mean
 from mtl_decoder.evaluation.evaluate import parse_data, with_overrides
 from mtl_decoder.evaluation.utilisation import UtilisationTracker
 from mtl_decoder.files import atomic_write_text, check_writable_parent
+from mtl_decoder.paths import check_outside_model
 from mtl_decoder.saved import SavedModel, load_model
 from mtl_decoder.training.checkpoints import checkpoint_dirs
 from mtl_decoder.training.run_dir import RunDirectory
@@ -79,7 +80,7 @@ def diagnose(
     """Diagnose the model in ``model_dir`` on the first ``examples`` examples per task of ``split`` (or of the
     files ``data`` names, as in ``evaluate``); writes the report to ``output_dir`` (default MODEL/diagnose).
     ``profile``: also profile one forward pass (a few seconds on a CPU)."""
-    out_dir = _output_dir(output_dir, Path(model_dir) / OUTPUT_DIR)
+    out_dir = _output_dir(output_dir, Path(model_dir) / OUTPUT_DIR, model_dir)
     saved = load_model(model_dir, device)
     batches, counts = diagnostic_batches(saved, split, data, examples)
     sections, findings = inspect_model(saved, batches)
@@ -104,7 +105,7 @@ def diagnose_checkpoints(
     found = checkpoint_dirs(run.checkpoints)
     if not found:
         raise UserError(f"{run.checkpoints}: no complete checkpoints to diagnose")
-    out_dir = _output_dir(output_dir, run.path / OUTPUT_DIR)
+    out_dir = _output_dir(output_dir, run.path / OUTPUT_DIR, run.best)
     saved = load_model(run.best, device)
     batches, counts = diagnostic_batches(saved, split, data, examples)
     timeline = []
@@ -119,10 +120,12 @@ def diagnose_checkpoints(
     return _write(report, findings, out_dir)
 
 
-def _output_dir(given: str | Path | None, default: Path) -> Path:
+def _output_dir(given: str | Path | None, default: Path, model_dir: str | Path) -> Path:
+    """The report folder: ``given`` or ``default``; never another folder inside the model folder."""
     out_dir = Path(given) if given is not None else default
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--output {out_dir}: exists and is not a directory")
+    check_outside_model(out_dir, model_dir, own=default)
     check_writable_parent(out_dir / JSON_FILE, "--output")
     return out_dir
 

@@ -30,6 +30,7 @@ from mtl_decoder.evaluation.scoring import score_sources
 from mtl_decoder.evaluation.utilisation import COVERAGE, UtilisationTracker
 from mtl_decoder.files import atomic_write_text, check_writable_parent, staged_folder
 from mtl_decoder.inference import Predictor
+from mtl_decoder.paths import check_outside_model
 from mtl_decoder.processes import Processes
 from mtl_decoder.saved import CONFIG_FILE, load_model
 
@@ -77,6 +78,8 @@ def evaluate(
 
     ``tasks``: names (or a comma string) to evaluate; default all, or with ``data`` the tasks it names.
     ``data``: task -> file (or "TASK=PATH" strings) read with the task's own columns instead of its split.
+    ``output_dir``: default MODEL/eval-SPLIT, the model's own report folder; any other must lie outside the model
+    folder (``paths.check_outside_model``).
     ``batch_size``: default the run's data.eval_batch_size, the size training-time validation used.
     ``device``: default the machine's accelerator when it has one, else the CPU.
     ``precision``: fp32, bf16 / fp16 autocast, or int8 (see mtl_decoder.inference.PRECISIONS).
@@ -93,9 +96,11 @@ def evaluate(
         raise UserError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)}){did_you_mean(split, SPLITS)}")
     if batch_size is not None and batch_size <= 0:
         raise UserError(f"--batch-size must be positive, got {batch_size}")
-    out_dir = Path(output_dir) if output_dir is not None else Path(model_dir) / f"eval-{split}"
+    default = Path(model_dir) / f"eval-{split}"
+    out_dir = Path(output_dir) if output_dir is not None else default
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--output {out_dir}: exists and is not a directory")
+    check_outside_model(out_dir, model_dir, own=default)
     if processes.is_main:  # the one that writes (another machine's processes may not see its folder)
         check_writable_parent(out_dir / METRICS_FILE, "--output")
     saved = load_model(model_dir, processes.device if processes.device is not None else device)

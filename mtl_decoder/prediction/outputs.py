@@ -19,6 +19,7 @@ from mtl_decoder.data.iob import entities
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import FILE, STREAM, check_writable_parent, output_kind
 from mtl_decoder.inference import Prediction
+from mtl_decoder.paths import check_outside_model
 
 PREDICTIONS = "predictions"
 """The field each output record gets; an input record that already has one is refused (never overwritten)."""
@@ -63,16 +64,6 @@ def check_output(input_path: str | Path, target: Path, force: bool, model: Any =
     if kind == FILE and not force:
         raise UserError(f"{target}: already exists (use --force to overwrite)")
     return kind
-
-
-def check_outside_model(target: Path, model_dir: str | Path | None, what: str = "--output") -> None:
-    """An output never goes into a model folder: it could replace the model's own files (``--force``), and a
-    model folder holds only what ``save_model`` wrote."""
-    if model_dir is None or not Path(model_dir).is_dir():
-        return
-    inside = Path(model_dir).resolve()
-    if inside == target.resolve() or inside in target.resolve().parents:
-        raise UserError(f"{what} {target}: is inside the model folder {model_dir}; write outputs somewhere else")
 
 
 def word_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import AtomicFile, check_writable_parent, terminate_unwinds
+from mtl_decoder.paths import check_outside_model
 from mtl_decoder.prediction.common import PredictSummary
 from mtl_decoder.prediction.outputs import errors_path
 
@@ -56,11 +57,13 @@ class PartWriter:
         self.file.discard()
 
 
-def check_part_target(input_path: str | Path, output: Path, force: bool) -> None:
-    """A part's path: writable, not the input, not a folder, not (without ``force``) an existing file."""
+def check_part_target(input_path: str | Path, output: Path, force: bool, model: Any = None) -> None:
+    """A part's path: writable, not the input, not inside the model's folder (``model``: its path or a SavedModel),
+    not a folder, not (without ``force``) an existing file."""
     check_writable_parent(output, "--output")
     if output.resolve() == Path(input_path).resolve():
         raise UserError(f"{output}: the output would overwrite the input; choose another --output")
+    check_outside_model(output, getattr(model, "directory", model))
     if output.is_dir():
         raise UserError(f"{output}: is a folder; choose another --output")
     if output.exists() and not force:

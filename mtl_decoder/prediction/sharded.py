@@ -11,8 +11,8 @@ holds at most one block per process. Memory stays constant however long the inpu
 Because every process reads every record, all of them meet a bad record at the same point: in fail mode all stop
 with the error one process would give, and no output appears. Any other failure in a process reaches the others
 at the next round, and every process stops, the main one naming the rank that failed; a process that is killed
-is noticed as a lost connection (the launcher's summary names its rank). Only the main process writes, through
-temporary files renamed into place at the end: nothing is left half-written.
+is noticed as a lost connection (the launcher's summary names its rank). Only the main process writes (writer.py),
+through temporary files renamed into place at the end: nothing is left half-written.
 
 With ``--shard K/N`` the same dealing runs over N shards: shard K predicts the blocks b with b mod N == K (under
 a launcher, split again between its processes) and writes a part file (``parts``) in which every record carries
@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from tqdm import tqdm
 
 from mtl_decoder.errors import DataError, UserError
-from mtl_decoder.files import AtomicFile, remove, stale_temporaries, terminate_unwinds
+from mtl_decoder.files import remove, stale_temporaries, terminate_unwinds
 from mtl_decoder.inference import Predictor
 from mtl_decoder.prediction.common import (
     ON_ERROR,
@@ -47,7 +47,8 @@ from mtl_decoder.prediction.common import (
 )
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord
 from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, prediction_dict
-from mtl_decoder.prediction.parts import COUNTS, PartWriter, check_part_target
+from mtl_decoder.prediction.parts import COUNTS, check_part_target
+from mtl_decoder.prediction.writer import RunWriter
 from mtl_decoder.processes import Processes, ProcessFailed, Share
 
 T = TypeVar("T")
@@ -73,54 +74,6 @@ class _Block:
     untagged: int = 0
     failure: tuple[int, str, str] | None = None
     """(rank, kind, message) when this process failed (see ``_failure``)."""
-
-
-class _Writer:
-    """The main process's files: OUT and OUT.errors.jsonl (one job), or one part file (a shard)."""
-
-    def __init__(self, output: Path, errors: Path, skip: bool, part: bool):
-        self.part = PartWriter(output) if part else None
-        self.out = None if part else AtomicFile(output)
-        self.bad = AtomicFile(errors) if skip and not part else None
-        self.errors, self.skip = errors, skip
-
-    def record(self, index: int, line: int, text: str) -> None:
-        if self.part is not None:
-            self.part.record(index, line, text)
-        else:
-            self.out.write_line(text)
-
-    def error(self, index: int, record: BadRecord, path: str) -> None:
-        """The errors-file entry of ``predict`` (its own rule: ``_set_aside``), to the errors file or the part."""
-        target = self.bad if self.part is None else _PartErrors(self.part, index)
-        set_aside(record, path, target)
-
-    def commit(self, footer: dict[str, Any], summary: PredictSummary) -> None:
-        if self.part is not None:
-            self.part.commit(footer)
-            return
-        if self.bad is not None:
-            self.bad.commit()
-        self.out.commit()
-        if not self.skip and self.errors.exists():  # an earlier skip run's (force): it described another output
-            remove(self.errors)
-            summary.removed.append(str(self.errors))
-
-    def discard(self) -> None:
-        for f in (self.part, self.out, self.bad):
-            if f is not None:
-                f.discard()
-
-
-@dataclass
-class _PartErrors:
-    """``write_json`` of an errors-file entry into a part, with the record's input index."""
-
-    part: PartWriter
-    index: int
-
-    def write_json(self, entry: dict[str, Any]) -> None:
-        self.part.error(self.index, entry)
 
 
 def predict_file_sharded(
@@ -157,7 +110,7 @@ def predict_file_sharded(
 
         reader, predictor, names, share, summary = _agree(processes, prepare)
         skip = on_error == "skip"
-        writer = _Writer(Path(output), errors_path(output), skip, part) if processes.is_main else None
+        writer = RunWriter(Path(output), errors_path(output), skip, part) if processes.is_main else None
         show = processes.is_main and (sys.stderr.isatty() if progress is None else progress)
         bar = tqdm(desc="predict", unit=" rec", disable=not show, delay=1.0, mininterval=0.5, file=sys.stderr)
         try:
@@ -206,9 +159,9 @@ def _prepare(
     skip = on_error == "skip"
     if processes.is_main:
         if shard is not None:
-            check_part_target(input, output, force)
+            check_part_target(input, output, force, model)
         else:
-            check_targets(input, output, errors, skip, force)
+            check_targets(input, output, errors, skip, force, model)
     device = processes.device if processes.device is not None else device  # a launcher's process: its own
     saved = with_gate_table(load_saved(model, device), gate_table)
     names = resolve_tasks(saved, tasks)
@@ -239,7 +192,7 @@ class _Reading:
 
 
 def _own(
-    reader: InputReader, share: Share, writer: _Writer | None, summary: PredictSummary, seen: _Reading, skip: bool
+    reader: InputReader, share: Share, writer: RunWriter | None, summary: PredictSummary, seen: _Reading, skip: bool
 ) -> Iterator[tuple[int, InputRecord]]:
     """(input index, record) of the readable records this process predicts. A bad record stops the run in fail
     mode (every process meets it) and goes to the main process's errors file (or part) in skip mode."""
@@ -281,7 +234,7 @@ def _run(
     tasks: list[str],
     share: Share,
     processes: Processes,
-    writer: _Writer | None,
+    writer: RunWriter | None,
     summary: PredictSummary,
     skip: bool,
     bar: tqdm,
@@ -322,7 +275,7 @@ def _run(
 def _round(
     processes: Processes,
     mine: _Block,
-    writer: _Writer | None,
+    writer: RunWriter | None,
     summary: PredictSummary,
     bar: tqdm,
     own_error: BaseException | None = None,

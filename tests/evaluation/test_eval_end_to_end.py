@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 from mtl_decoder.cli import main
-from mtl_decoder.data.tasks import load_split
 from mtl_decoder.evaluation.evaluate import EvalResult, evaluate
 from mtl_decoder.evaluation.utilisation import NO_GATES_NOTE
-from mtl_decoder.inference import Predictor
 from mtl_decoder.model import build_model
 from mtl_decoder.saved import load_model, save_model
 
@@ -44,31 +42,130 @@ def test_eval(best: Path, tmp_path_factory) -> EvalResult:
 
 
 def test_validation_split_reproduces_training_validation(best: Path, tmp_path: Path):
+    """evaluate --split validation gives training-time validation's numbers, and both are what the predictions
+    ``mtl-decoder predict`` writes score against the fixtures' gold labels, counted outside the project."""
     info = json.loads((best / "info.json").read_text())
     result = evaluate(best, split="validation", output_dir=tmp_path / "out")
     assert result.tasks == info["validation"]  # every number, per type and per class, confusion matrix
     assert result.score == pytest.approx(info["score"], abs=1e-12)
     saved = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert saved["tasks"] == info["validation"]
+    _assert_metrics_match(info["validation"], _reference_metrics(best, "validation", tmp_path))
 
 
-def test_metrics_recomputed_from_predictions(best: Path, test_eval: EvalResult):
-    from seqeval.metrics import accuracy_score, f1_score
-    from sklearn.metrics import accuracy_score as class_accuracy
+@pytest.fixture(scope="module")
+def noisy(best: Path, tmp_path_factory) -> Path:
+    """The tiny run's model with N(0, 0.15) noise on its heads: the trained one tags every word O and calls every
+    sentence one class (a degenerate check); this one predicts 30 test entities, 1 of them right, and both classes."""
+    import torch
 
     pre = load_model(best)
-    for source in load_split(pre.config.tasks, "test"):
-        (task,) = [t.name for t in source.tasks]
-        items = [ex.words if ex.words is not None else ex.text for ex in source.examples]
-        preds = list(Predictor.from_saved(pre).predict(items, [task]))
-        gold = [ex.labels[task] for ex in source.examples]
-        if task == "ner":
-            tags = [p.tags["ner"] for p in preds]
-            assert test_eval.tasks["ner"]["f1"] == pytest.approx(f1_score(gold, tags), abs=1e-12)
-            assert test_eval.tasks["ner"]["token_accuracy"] == pytest.approx(accuracy_score(gold, tags), abs=1e-12)
-        else:
-            labels = [p.labels[task] for p in preds]
-            assert test_eval.tasks[task]["accuracy"] == pytest.approx(class_accuracy(gold, labels), abs=1e-12)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in pre.model.named_parameters():
+            if name.startswith("heads."):
+                p.add_(torch.randn(p.shape, generator=gen) * 0.15)
+    return save_model(tmp_path_factory.mktemp("noisy") / "model", pre.model, pre.encoder, pre.config, pre.label_sets)
+
+
+def test_metrics_recomputed_from_predictions(noisy: Path, tmp_path: Path):
+    """evaluate's test metrics equal those counted here from the gold labels in the fixture files and the tags and
+    labels ``mtl-decoder predict`` wrote to its output file."""
+    reference = _reference_metrics(noisy, "test", tmp_path)
+    ner, sentiment = reference["ner"], reference["sentiment"]
+    assert ner["predicted"] > 5 and ner["correct"] >= 1 and ner["f1"] != ner["f1_strict"]  # not a vacuous check
+    assert 0.1 < ner["token_accuracy"] < 0.9
+    assert all(sum(row) < sentiment["support"] for row in zip(*sentiment["confusion_matrix"]["matrix"], strict=True))
+    _assert_metrics_match(evaluate(noisy, split="test", output_dir=tmp_path / "out").tasks, reference)
+
+
+def test_the_reference_entity_counter_on_a_hand_made_case():
+    """_entities (the reference above), checked on tags whose entities are counted by hand."""
+    tags = ["B-PER", "I-PER", "O", "I-LOC", "I-LOC", "B-ORG", "I-LOC", "B-ORG", "B-ORG"]
+    # conlleval: PER 0-2, LOC 3-5 (an I- after O starts one), ORG 5-6, LOC 6-7, ORG 7-8, ORG 8-9
+    assert _entities(tags, strict=False) == {
+        (0, 2, "PER"), (3, 5, "LOC"), (5, 6, "ORG"), (6, 7, "LOC"), (7, 8, "ORG"), (8, 9, "ORG")
+    }  # fmt: skip
+    # strict IOB2: an entity starts only at a B-: LOC 3-5 and LOC 6-7 are not entities
+    assert _entities(tags, strict=True) == {(0, 2, "PER"), (5, 6, "ORG"), (7, 8, "ORG"), (8, 9, "ORG")}
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "I-ORG", "O"]]
+    pred = [["B-PER", "I-PER", "O", "O"], ["B-ORG", "O", "B-LOC"]]  # PER right; ORG cut short; LOC missed; LOC extra
+    counts = _entity_scores(gold, pred, strict=True)  # 1 right of 3 predicted, of 3 in gold
+    assert counts == {"precision": 1 / 3, "recall": 1 / 3, "f1": 1 / 3, "support": 3, "predicted": 3, "correct": 1}
+
+
+def _entities(tags: list[str], strict: bool) -> set[tuple[int, int, str]]:
+    """(start, end, type) of each entity: a B-X (or, conlleval's reading, an I-X not continuing an X) and the I-X
+    tags after it. Written here from the definition, not with seqeval, which the code under test uses."""
+    out, start, kind = set(), None, None
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, _, name = tag.partition("-")
+        if start is not None and not (prefix == "I" and name == kind):
+            out.add((start, i, kind))
+            start = None
+        if prefix == "B" or (prefix == "I" and start is None and not strict):
+            start, kind = i, name
+    return out
+
+
+def _entity_scores(gold: list[list[str]], pred: list[list[str]], strict: bool) -> dict[str, float]:
+    g = {(s, *e) for s, tags in enumerate(gold) for e in _entities(tags, strict)}
+    p = {(s, *e) for s, tags in enumerate(pred) for e in _entities(tags, strict)}
+    correct = len(g & p)
+    precision, recall = (correct / len(p) if p else 0.0), (correct / len(g) if g else 0.0)
+    f1 = 2 * precision * recall / (precision + recall) if correct else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "support": len(g), "predicted": len(p),
+            "correct": correct}  # fmt: skip
+
+
+def _predicted_file(model: Path, task: str, split: str, tmp_path: Path) -> list[tuple[dict, dict]]:
+    """(gold record from the fixture file, the output record ``mtl-decoder predict`` wrote for it), in order."""
+    source, out = FIXTURES / f"{task}_{split}.jsonl", tmp_path / f"{task}-{split}.jsonl"
+    assert main(["predict", "--model", str(model), "--input", str(source), "--output", str(out), "--tasks", task]) == 0
+    gold = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines()]
+    written = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(written) == len(gold)
+    return list(zip(gold, written, strict=True))
+
+
+def _reference_metrics(model: Path, split: str, tmp_path: Path) -> dict[str, dict]:
+    """Each task's metrics from the predict CLI's output file: entities counted by _entities, token accuracy by
+    hand, the sentiment task's by scikit-learn."""
+    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
+
+    rows = _predicted_file(model, "ner", split, tmp_path)
+    assert all(g["tokens"] == w["tokens"] for g, w in rows)
+    gold = [g["ner_tags"] for g, _ in rows]
+    tags = [w["predictions"]["ner"]["tags"] for _, w in rows]
+    assert [len(t) for t in tags] == [len(t) for t in gold]
+    ner = _entity_scores(gold, tags, strict=False)
+    ner["f1_strict"] = _entity_scores(gold, tags, strict=True)["f1"]
+    pairs = [(a, b) for g, t in zip(gold, tags, strict=True) for a, b in zip(g, t, strict=True)]
+    ner["token_accuracy"] = sum(a == b for a, b in pairs) / len(pairs)
+    ner["sentences"] = len(gold)
+
+    rows = _predicted_file(model, "sentiment", split, tmp_path)
+    gold = [g["label"] for g, _ in rows]
+    labels = [w["predictions"]["sentiment"]["label"] for _, w in rows]
+    classes = ["negative", "positive"]
+    sentiment = {
+        "accuracy": accuracy_score(gold, labels),
+        "macro_f1": f1_score(gold, labels, labels=classes, average="macro", zero_division=0),
+        "support": len(gold),
+        "confusion_matrix": {"labels": classes, "matrix": confusion_matrix(gold, labels, labels=classes).tolist()},
+    }
+    return {"ner": ner, "sentiment": sentiment}
+
+
+def _assert_metrics_match(got: dict[str, dict], reference: dict[str, dict]) -> None:
+    for key in ("precision", "recall", "f1", "f1_strict", "token_accuracy"):
+        assert got["ner"][key] == pytest.approx(reference["ner"][key], abs=1e-12), key
+    for key in ("support", "sentences"):
+        assert got["ner"][key] == reference["ner"][key], key
+    for key in ("accuracy", "macro_f1"):
+        assert got["sentiment"][key] == pytest.approx(reference["sentiment"][key], abs=1e-12), key
+    assert got["sentiment"]["support"] == reference["sentiment"]["support"]
+    assert got["sentiment"]["confusion_matrix"] == reference["sentiment"]["confusion_matrix"]
 
 
 def test_metrics_json_schema(test_eval: EvalResult):

@@ -258,7 +258,12 @@ def test_bf16_autocast_gradients_follow_fp32(variant):
             y, _ = block(x, layout)
         (y.float() * g).sum().backward()
         grads.append({n: _grad(p) for n, p in block.named_parameters()})
+    # Measured over 8 seeds of g (ple, cgc, mmoe): the worst element is 0.022-0.043 of its parameter's largest
+    # gradient, and all gradients as one vector are 0.0066-0.0069 of its norm off; the bounds are ~1.2x and ~3x those.
     for name, ref in grads[0].items():
         got = grads[1][name]
         assert got.dtype == torch.float32
-        assert (got - ref).abs().max() <= 0.05 * ref.abs().max() + 1e-3, name
+        assert (got - ref).abs().max() <= 0.05 * ref.abs().max(), name
+    ref_all = torch.cat([v.flatten() for v in grads[0].values()])
+    got_all = torch.cat([v.flatten() for v in grads[1].values()])
+    assert (got_all - ref_all).norm() <= 0.02 * ref_all.norm()

@@ -1,7 +1,5 @@
 """At initialisation every layer is the identity and every gate leans initial_shared_weight on shared experts."""
 
-import math
-
 import pytest
 import torch
 from model_testkit import ATTENTION_MODES, FFN_VARIANTS, GATED_VARIANTS, tiny_batch, tiny_model
@@ -45,16 +43,25 @@ def _n_shared_columns(model, layer, gate: str) -> tuple[int, int]:
     return n_shared, len(names)
 
 
+# (n_task_experts, n_shared_experts, initial_shared_weight): equal and unequal counts both ways, so a bias that
+# confused the two counts (or ignored them) would move the mass.
+EXPERT_COUNTS = [(2, 2, 0.7), (1, 3, 0.7), (3, 1, 0.3), (4, 2, 0.9)]
+
+
+@pytest.mark.parametrize(("n_task", "n_shared", "isw"), EXPERT_COUNTS)
 @pytest.mark.parametrize("ffn", GATED_VARIANTS)
-def test_fresh_gates_put_initial_shared_weight_on_shared_experts(ffn):
+def test_fresh_gates_put_initial_shared_weight_on_shared_experts(ffn, n_task, n_shared, isw):
+    """Checked by the mass the gates produce on the model's own hidden states, never by the bias that makes it: each
+    gate gives its shared experts isw of the mass (ple's shared gate too, whose own experts are every task's), spread
+    evenly, and its own experts the rest, evenly; mmoe's gates (no own experts) are uniform over the shared ones."""
     # Regression: MTLDecoder._init_weights used to re-initialise Gate.proj with N(0, 0.02) and a zero bias
     # after Gate.reset_parameters() had run, so gates started near uniform instead.
-    isw = 0.7
-    model = tiny_model(ffn=ffn, initial_shared_weight=isw, seed=3).eval()
+    model = tiny_model(ffn=ffn, initial_shared_weight=isw, n_task_experts=n_task, n_shared_experts=n_shared, seed=3)
     batch = tiny_batch([6, 5, 3], seed=3)
     with torch.no_grad():
-        out = model(batch["input_ids"], batch["attention_mask"])
+        out = model.eval()(batch["input_ids"], batch["attention_mask"])
     assert len(out.gates) == model.cfg.n_layers
+    checked = 0
     for layer, block, gates in zip(model.layers, model.expert_blocks(), out.gates, strict=True):
         if block is None:  # the shared bottom of single-level cgc / mmoe
             assert gates == {}
@@ -62,28 +69,35 @@ def test_fresh_gates_put_initial_shared_weight_on_shared_experts(ffn):
         expected_names = set(model.task_names) | ({SHARED} if ffn == "ple" and layer is not model.layers[-1] else set())
         assert set(gates) == expected_names
         for name, weights in gates.items():
-            n_shared, n_total = _n_shared_columns(model, layer, name)
+            n_s, n_total = _n_shared_columns(model, layer, name)
+            assert n_s == n_shared
             M = out.layout.token_bounds[out.layout.names.index(name)]
-            assert weights.shape == (M[1] - M[0], n_total)
+            assert weights.shape == (M[1] - M[0], n_total) and weights.shape[0] > 0
             assert weights.dtype == torch.float32
-            torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[0]), atol=1e-6, rtol=0)
-            shared_mass = weights[:, n_total - n_shared :].sum(-1)
-            if ffn.startswith("mmoe"):  # no own experts: uniform over the shared ones
-                assert n_total == n_shared == model.cfg.n_shared_experts
-                torch.testing.assert_close(weights, torch.full_like(weights, 1 / n_shared), atol=1e-6, rtol=0)
-            else:
-                torch.testing.assert_close(shared_mass, torch.full_like(shared_mass, isw), atol=1e-6, rtol=0)
-                # ... spread evenly: every token gets the same weights at initialisation
-                torch.testing.assert_close(weights, weights[:1].expand_as(weights), atol=1e-6, rtol=0)
+            mass = isw if n_total > n_shared else 1.0  # mmoe: every expert is shared
+            n_own = n_total - n_shared
+            expected = torch.tensor([(1 - mass) / max(n_own, 1)] * n_own + [mass / n_shared] * n_shared)
+            torch.testing.assert_close(weights[:, n_own:].sum(-1), torch.full((len(weights),), mass), atol=1e-6, rtol=0)
+            torch.testing.assert_close(weights, expected.expand_as(weights), atol=1e-6, rtol=0)
+            checked += 1
+    assert checked >= len(model.task_names)
 
 
-@pytest.mark.parametrize(("n_own", "n_shared", "isw"), [(2, 2, 0.7), (6, 2, 0.3), (1, 3, 0.9)])
-def test_gate_reset_parameters_bias(n_own, n_shared, isw):
-    """The Gate on its own: zero weights, shared logits biased so the shared experts hold isw of the mass."""
+GATE_COUNTS = [(2, 2, 0.7), (6, 2, 0.3), (1, 3, 0.9), (8, 1, 0.05), (0, 3, 0.7)]  # (n_own, n_shared, isw)
+
+
+@pytest.mark.parametrize(("n_own", "n_shared", "isw"), GATE_COUNTS)
+def test_a_fresh_gate_puts_isw_of_its_mass_on_the_shared_experts(n_own, n_shared, isw):
+    """The Gate on its own, on random inputs of any scale: zero weights (the input cannot move it at step 0) and the
+    shared experts holding isw of the softmax mass (all of it, uniformly, with no own experts: mmoe)."""
     torch.manual_seed(0)
     gate = Gate(16, n_own, n_shared, isw)
     assert torch.count_nonzero(gate.proj.weight) == 0
-    weights = gate(torch.randn(5, 16))
-    torch.testing.assert_close(weights[:, n_own:].sum(-1), torch.full((5,), isw), atol=1e-6, rtol=0)
-    expected_bias = math.log(isw * n_own / ((1 - isw) * n_shared))
-    torch.testing.assert_close(gate.proj.bias[n_own:], torch.full((n_shared,), expected_bias))
+    x = torch.randn(64, 16, generator=torch.Generator().manual_seed(1)) * torch.logspace(-2, 2, 64).unsqueeze(1)
+    weights = gate(x).double()
+    mass = isw if n_own else 1.0
+    torch.testing.assert_close(weights.sum(-1), torch.ones(64, dtype=torch.float64), atol=1e-6, rtol=0)
+    torch.testing.assert_close(weights[:, n_own:].sum(-1), torch.full((64,), mass, dtype=torch.float64), atol=1e-6,
+                               rtol=0)  # fmt: skip
+    torch.testing.assert_close(weights[:, n_own:], torch.full((64, n_shared), mass / n_shared, dtype=torch.float64),
+                               atol=1e-6, rtol=0)  # fmt: skip

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-import mtl_decoder.training.trainer as trainer_module
+import mtl_decoder.training.loop as loop_module
 from mtl_decoder.config import TrainingConfig
 from mtl_decoder.training.setup import lr_lambda
 from mtl_decoder.training.trainer import Trainer
@@ -35,7 +35,7 @@ def test_a_run_stopped_by_the_time_cap_ends_cooled_down(make_config, tmp_path, m
     steps; the rate there must have decayed as at the end of the run (the step schedule alone would still be
     near its peak)."""
     clock = itertools.count(0.0, 1.0)
-    monkeypatch.setattr(trainer_module, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    monkeypatch.setattr(loop_module, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     cfg = make_config(
         tmp_path / "run",
         ["training.max_steps=200", f"training.max_minutes={20 / 60}", "training.warmup_ratio=0.02"],

@@ -10,6 +10,21 @@ import torch
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 FAMILIES = ("llama", "qwen2", "gpt2")
+# float16 keeps 11 significant bits: rounding to nearest moves a normal value x by at most 2**-11 * |x| (a subnormal,
+# |x| < 6.1e-5, by at most 2**-25). The bound a state stored in float16 must meet against its float32 value.
+FP16_ROUNDING = 2.0**-11
+# Two float32 computations of the same states (one sequence at a time, or a padded batch) differ by float32 noise,
+# about 1e-6 at these widths: the absolute slack beside FP16_ROUNDING.
+FP32_NOISE = 1e-5
+
+
+def assert_fp16_rounded(got: torch.Tensor, want: torch.Tensor, ulps: float = 1.0) -> None:
+    """``got`` is the float32 ``want`` stored in float16 and read back: every value is exactly representable in
+    float16 and within ``ulps`` x float16's rounding bound of ``want``, elementwise (not a loose atol)."""
+    assert torch.equal(got, got.half().to(got.dtype)), "not float16 values"
+    err, bound = (got - want).abs(), ulps * FP16_ROUNDING * want.abs() + FP32_NOISE
+    worst = int((err - bound).argmax())
+    assert (err <= bound).all(), f"off by {err.flatten()[worst]:.3g} at {want.flatten()[worst]:.4g}: over fp16's bound"
 
 
 def _texts() -> list[str]:

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from conftest import FIXTURES, tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
-from hf_testkit import FAMILIES, tiny_checkpoint
+from hf_testkit import FAMILIES, FP16_ROUNDING, tiny_checkpoint
 from trunk_runs import batch, trained
 
 import mtl_decoder.model.pretrained.frozen as frozen
@@ -60,7 +60,7 @@ def _reference(checkpoint: Path, ids, mask) -> torch.Tensor:
         return ref(input_ids=ids, attention_mask=mask.long()).last_hidden_state
 
 
-def _assert_task_routes_equal(model, ids, mask, expected, ffn: str, atol: float) -> list:
+def _assert_task_routes_equal(model, ids, mask, expected, ffn: str, atol: float, rtol: float | None = None) -> list:
     layout = model.route_layout(mask, model.task_names, None)
     with torch.no_grad():
         hidden, gates = model.encode(ids, mask, layout, {})
@@ -70,7 +70,8 @@ def _assert_task_routes_equal(model, ids, mask, expected, ffn: str, atol: float)
         rows = layout.rows(route)
         for row, example in zip(range(rows.start, rows.stop), layout.row_example[rows].tolist(), strict=True):
             real = mask[example]
-            torch.testing.assert_close(hidden[row][real], expected[example][real], atol=atol, rtol=atol)
+            rt = atol if rtol is None else rtol
+            torch.testing.assert_close(hidden[row][real], expected[example][real], atol=atol, rtol=rt)
     return gates
 
 
@@ -108,7 +109,12 @@ def test_with_the_float16_cache_step_zero_is_the_pretrained_function_to_its_roun
     model, encoder = _model(checkpoints["llama"], tmp_path, "model.trunk.train_top=1", "model.n_layers=0",
                             "model.attention=causal")  # fmt: skip
     ids, mask = _batch(encoder)
-    _assert_task_routes_equal(model, ids, mask, _reference(checkpoints["llama"], ids, mask), "ple", 2e-2)
+    expected = _reference(checkpoints["llama"], ids, mask)
+    # The top block reads block 2's states rounded to float16 (at most 2**-11 of their magnitude) and the final norm
+    # rescales: its outputs move by about that much of theirs. Measured (this test on llama, qwen2 and gpt2
+    # checkpoints): max error / max |expected| = 2.7e-4, 3.6e-4, 2.6e-4, i.e. 0.54-0.73 x 2**-11; bound 2 x 2**-11.
+    atol = 2 * FP16_ROUNDING * expected[mask].abs().max().item()
+    _assert_task_routes_equal(model, ids, mask, expected, "ple", atol, rtol=0.0)
 
 
 def _block_weights(checkpoint: Path) -> dict[int, dict[str, torch.Tensor]]:

@@ -1,0 +1,31 @@
+"""Flags several subcommands share, defined once: the precision and a frozen trunk's state cache."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_precision_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16", "fp16", "int8"],
+        default="fp32",
+        help="fp32 (default), or the model under bf16 / fp16 autocast: faster on hardware with half-precision "
+        "matrix units, close to but not identical to fp32; fp16 is for GPUs; int8: dynamic int8 Linear modules "
+        "(native models and frozen trunks, the trunk's down_proj kept fp32), for CPUs",
+    )
+
+
+def add_state_cache_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="frozen trunk: the state cache's root folder (default: the model's model.trunk.cache_dir, else "
+        "$MTL_DECODER_CACHE/states, else ~/.cache/mtl-decoder/states)",
+    )
+    p.add_argument(
+        "--cache-states",
+        action="store_true",
+        help="frozen trunk: also write the states of new texts to the cache folder (default: only read it; at "
+        "most a bounded number of states is kept in memory either way)",
+    )

@@ -1,0 +1,64 @@
+"""``train`` and ``distill``: a run folder from an experiment config (and a teacher)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def run_train(args: argparse.Namespace) -> None:
+    from mtl_decoder.config import load_config
+    from mtl_decoder.training import train
+
+    config = load_config(args.config, args.overrides)
+    train(config, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
+
+
+def run_distill(args: argparse.Namespace) -> None:
+    from mtl_decoder.config import load_config
+    from mtl_decoder.distill import distill
+
+    config = load_config(args.config, args.overrides)
+    distill(
+        config,
+        teacher=args.teacher,
+        unlabelled=args.unlabelled,
+        output_dir=args.output_dir,
+        resume=args.resume,
+        overwrite=args.overwrite,
+    )
+
+
+def add_train(sub) -> None:
+    p = sub.add_parser("train", help="train on multi-task data", description="Train a multi-task model.")
+    p.add_argument("--config", required=True, help="experiment YAML (e.g. configs/demo.yaml)")
+    p.add_argument("--output-dir", help="run directory (default: training.output_dir)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run directory")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over in a run directory that is not empty (it lists what it removes)",
+    )
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. model.d_model=64")
+    p.set_defaults(func=run_train)
+
+
+def add_distill(sub) -> None:
+    p = sub.add_parser(
+        "distill",
+        help="train a student on a teacher model's soft targets",
+        description="Distil a saved teacher into a student config: the teacher labels the training texts and the "
+        "unlabelled files once (targets cached), the student learns from its soft targets and the gold labels.",
+    )
+    p.add_argument("--teacher", help="the teacher's saved model folder, e.g. RUN/best (default: distill.teacher)")
+    p.add_argument("--config", required=True, help="the student's experiment YAML")
+    p.add_argument(
+        "--unlabelled",
+        action="append",
+        metavar="FILE",
+        help="unlabelled texts for the transfer set, in any format predict reads; repeat the flag for more files",
+    )
+    p.add_argument("--output-dir", help="run directory (default: training.output_dir)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run directory")
+    p.add_argument("--overwrite", action="store_true", help="start over in a run directory that is not empty")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. distill.temperature=4")
+    p.set_defaults(func=run_distill)
