@@ -71,6 +71,15 @@ class SavedModel:
     label_sets: dict[str, list[str]]
     directory: Path
 
+    def for_inference(self, cache_dir: str | Path | None = None, write: bool = False) -> None:
+        """Make a frozen trunk's state cache an inference one, for every path that runs a loaded model over new text
+        (predict, evaluate, a distillation teacher): its folder under ``cache_dir`` (default the model's
+        model.trunk.cache_dir, else $MTL_DECODER_CACHE/states, else ~/.cache/mtl-decoder/states) read, written only
+        with ``write``, a bounded number of states in memory. A model without a frozen trunk is left as it is."""
+        states = getattr(self.model, "states", None)
+        if states is not None and hasattr(states, "for_inference"):
+            states.for_inference(cache_dir, write=write)
+
 
 def save_model(
     directory: str | Path,

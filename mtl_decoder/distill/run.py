@@ -192,6 +192,7 @@ class DistillTrainer(Trainer):
         counts["repeated"] = len(items) - len(todo) - cached  # the same text again: labelled once
         if todo:
             saved = load_model(d.teacher, device=self.accelerator.device)
+            saved.for_inference()  # the teacher reads its trunk's states but never fills the disk or memory with them
             labeller = TeacherLabeller(saved, saved.config.data.eval_batch_size)
             started = time.perf_counter()
             bar = tqdm(total=len(todo), desc="teacher targets", disable=not (progress and self.cfg.training.progress))

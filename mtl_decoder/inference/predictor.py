@@ -150,9 +150,7 @@ class Predictor:
         a bounded number of states in memory."""
         batch_size = batch_size or saved.config.data.eval_batch_size
         predictor = cls(saved.model, saved.encoder, saved.label_sets, batch_size, precision=precision, workers=workers)
-        states = getattr(saved.model, "states", None)
-        if states is not None and hasattr(states, "for_inference"):
-            states.for_inference(cache_dir, write=cache_states)
+        saved.for_inference(cache_dir, write=cache_states)
         return predictor
 
     @property

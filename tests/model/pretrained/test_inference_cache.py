@@ -214,3 +214,34 @@ def test_progress_counts_every_item_once_windows_included(run):
     preds = list(predictor.predict(items))
     assert preds[9].windows > 1
     assert sum(counts) == len(items) and len(counts) > 1
+
+
+def test_a_distillation_teacher_reads_its_trunk_states_but_never_writes_them(run, tmp_path, monkeypatch):
+    """A frozen-trunk teacher labelling a transfer set is inference: its shared state folder stays as it was, even
+    when its cache is flushed, and it keeps a bounded number of states (before, every text's states were kept in
+    memory and written to the folder, 1,024 at a time: 3.1 GB in the first 70 minutes of the SmolLM2 teacher on the transfer set)."""
+    import mtl_decoder.distill.targets as targets_module
+
+    monkeypatch.setattr(frozen, "INFERENCE_ENTRIES", 16)
+    teachers = []
+    real = targets_module.TeacherLabeller.__init__
+
+    def keeping(self, saved, batch_size):
+        teachers.append(saved)
+        real(self, saved, batch_size)
+
+    monkeypatch.setattr(targets_module.TeacherLabeller, "__init__", keeping)
+    folder = run.run_dir.parent / "state-cache"
+    before = _snapshot(folder)
+    (tmp_path / "student.yaml").write_text(tiny_config(tmp_path / "student").to_yaml(), encoding="utf-8")
+    (tmp_path / "news.txt").write_text("\n".join(_texts(120)) + "\n", encoding="utf-8")
+    args = ["distill", "--teacher", str(run.best), "--config", str(tmp_path / "student.yaml"),
+            "--unlabelled", str(tmp_path / "news.txt"), "--output-dir", str(tmp_path / "student"),
+            f"distill.cache_dir={tmp_path / 'targets'}", "training.max_steps=2", "training.eval_every=2"]  # fmt: skip
+    assert main(args) == 0
+    assert any((tmp_path / "targets").rglob("*.safetensors"))  # the teacher did label the texts
+    (teacher,) = teachers
+    cache = teacher.model.states.cache
+    assert cache.misses >= 120 and len(cache.memory) <= 16
+    cache.flush()
+    assert _snapshot(folder) == before
