@@ -158,15 +158,20 @@ def this_command() -> str:
     return shlex.join(["python", str(name), *sys.argv[1:]])
 
 
-def save_peer(name: str, entry: dict[str, Any], path: Path = RESULTS) -> dict[str, Any]:
-    """Merge one peer's entry into ``path`` (read again just before writing, written whole and renamed into place).
-    Each peer keeps the machine, date, commit and command of its own run; the top level names the latest run's
-    machine and the commands that make the whole file."""
-    from quality import machine  # the machine description benchmarks/quality.py stores with every run
+def run_facts() -> dict[str, Any]:
+    """The command, machine, date and commit of this run, taken when it starts (a long run may end after a later
+    commit): benchmarks/quality.py's machine description, stored with every one of its runs."""
+    from quality import machine
 
+    return {"command": this_command(), **machine()}
+
+
+def save_peer(name: str, entry: dict[str, Any], run: dict[str, Any], path: Path = RESULTS) -> dict[str, Any]:
+    """Merge one peer's entry and its ``run`` (run_facts()) into ``path`` (read again just before writing, written
+    whole and renamed into place). Each peer keeps the machine, date, commit and command of its own run; the top
+    level names the latest run's machine and the commands that make the whole file."""
     results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     peers = results.get("peers", {})
-    run = {"command": this_command(), **machine()}
     peers[name] = {**entry, "run": run}
     ordered = {k: peers[k] for k in (*PEER_ORDER, *sorted(set(peers) - set(PEER_ORDER))) if k in peers}
     out = {

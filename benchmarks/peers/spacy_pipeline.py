@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) == 4 and sys.argv[1] == "--worker":
         worker(sys.argv[2], sys.argv[3])
         return 0
-    from common import RESULTS, default_data_root, save_peer
+    from common import RESULTS, default_data_root, run_facts, save_peer
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-root", type=Path, default=default_data_root(), help="folder with conll2003/, sst2/")
@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.epochs < 1:
         parser.error("--epochs must be at least 1")
+    run = run_facts()
     payload = payload_of(args.data_root, args)
     lines, info = run_worker(Path(args.spacy_python), payload)
     epochs = [
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "speed": "benchmarks/results/spacy_throughput.json (the same pipeline, untrained: speed does not depend on "
         "the weights)",
     }
-    save_peer("spacy", entry, args.out)
+    save_peer("spacy", entry, run, args.out)
     print(json.dumps({k: entry[k] for k in ("conll2003", "sst2", "train_cpu_s", "selected_epoch")}, indent=1))
     return 0
 
