@@ -134,7 +134,7 @@ def worker(payload_path: str, out_path: str) -> None:
 
 def payload_of(data_root: Path, args: argparse.Namespace) -> dict:
     """The words and labels of every split the worker needs (read and checked here, by the project's reader)."""
-    from common import conll2003, sst2
+    from peer_common import conll2003, sst2
 
     data: dict = {"conll2003": {}, "sst2": {}}
     for split in ("train", "validation", "test"):
@@ -157,7 +157,7 @@ def payload_of(data_root: Path, args: argparse.Namespace) -> dict:
 
 def score_epoch(line: dict, payload: dict) -> dict:
     """The project's metrics on one epoch's predictions."""
-    from common import class_scores, entity_scores
+    from peer_common import class_scores, entity_scores
 
     scores: dict = {}
     for split in ("validation", "test"):
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) == 4 and sys.argv[1] == "--worker":
         worker(sys.argv[2], sys.argv[3])
         return 0
-    from common import RESULTS, default_data_root, run_facts, save_peer
+    from peer_common import RESULTS, default_data_root, run_facts, save_peer
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-root", type=Path, default=default_data_root(), help="folder with conll2003/, sst2/")
@@ -253,5 +253,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(HERE))  # common.py beside this file
+    sys.path.insert(0, str(HERE))  # peer_common.py beside this file
     sys.exit(main())

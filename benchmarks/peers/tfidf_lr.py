@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # peer_common.py beside this file
 
-from common import (
+from peer_common import (
     RESULTS,
     SEMEVAL_POLARITY_LABELS,
     class_scores,
