@@ -131,7 +131,7 @@ def output_seconds(predictions: list[dict], items: list[list[str]]) -> float:
     return time.process_time() - started
 
 
-def profile(model_dir: Path, items: list[list[str]], precision: str, batch_size: int, max_tokens: int | None) -> dict:
+def profile(model_dir: Path, items: list[list[str]], precision: str, batch_size: int, max_tokens: int) -> dict:
     import torch
 
     from mtl_decoder.inference import Predictor
@@ -209,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="fp32", help="fp32 or int8")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument(
-        "--max-tokens", default=str(MAX_TOKENS), help="padded sub-words a batch at most, comma-separated (0: rows only)"
+        "--max-tokens",
+        default=str(MAX_TOKENS["pretrained"]),
+        help="padded sub-words a batch at most, comma-separated (0: rows only)",
     )
     parser.add_argument("--data-root", default=str(default_data_root()))
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "pretrained_profile.json"))
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = []
     for model in args.model:
         for bound in [int(b) for b in args.max_tokens.split(",")]:
-            entries.append(profile(Path(model), items, args.precision, args.batch_size, bound or None))
+            entries.append(profile(Path(model), items, args.precision, args.batch_size, bound))
             print_profile(entries[-1])
     result = {
         "benchmark": "pretrained_profile",

@@ -191,7 +191,7 @@ def measure(args: argparse.Namespace) -> dict:
         "cpu": cpu,
         "input": f"CoNLL-2003 test, first {len(items)} sentences ({words} words), pre-tokenised; every task predicted",
         "threads": 1,
-        "max_tokens": MAX_TOKENS,
+        "max_tokens": MAX_TOKENS["pretrained"],
         "torch": torch.__version__,
         "spacy": {k: v for k, v in spacy.info.items() if k != "ready"},
         "spacy_words_per_cpu_s": round(statistics.median(m["words_per_cpu_s"] for m in spacy_runs), 1),

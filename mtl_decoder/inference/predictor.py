@@ -57,13 +57,14 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return PRECISIONS[precision]
 
 
-MAX_TOKENS = 1024
-"""Padded sub-words a batch holds at most (rows x its longest), by default: a buffer's length-sorted pieces cut only
-every ``batch_size`` rows put its few long texts into one batch with their shorter neighbours, and a frozen SmolLM2
-trunk spent 40% of its arithmetic on padding over 500 CoNLL-2003 test sentences (12% with this bound;
-benchmarks/results/pretrained_profile.json). Words per CPU-second against rows only, 4 blocks, 1 thread: 1.48x on
-500 sentences, 1.21x on 1,000 (2048: 1.42x, 1.11x; 512: 1.18x on 1,000). 1024 sub-words still fill the matrix
-units."""
+MAX_TOKENS = {"pretrained": 1024, "native": 2048}
+"""Padded sub-words a batch holds at most (rows x its longest), by default, for a model with a pretrained trunk and
+for a native one. A buffer's length-sorted pieces cut only every ``batch_size`` rows put its few long texts into one
+batch with their shorter neighbours: a frozen SmolLM2 trunk spent 40% of its arithmetic on padding over 500
+CoNLL-2003 test sentences (12% at 1024; benchmarks/results/pretrained_profile.json). Words per CPU-second against
+rows only, 4 blocks, 1 thread: 1.48x on 500 sentences, 1.21x on 1,000 at 1024 (2048: 1.42x, 1.11x; 512: 1.18x on
+1,000). A native model's batch costs more Python for its arithmetic: the pinned test model (width 32) on the 3,453
+CoNLL-2003 test sentences predicts 0.92x as fast at 1024, 1.02x at 2048."""
 
 
 @dataclass
@@ -116,10 +117,10 @@ class Predictor:
         buffer_batches: int = 16,
         precision: str = "fp32",
         workers: int | None = None,
-        max_tokens: int | None = MAX_TOKENS,
+        max_tokens: int | None = None,
     ):
         """``max_tokens``: a batch's padded sub-words (rows x its longest) at most this, besides at most
-        ``batch_size`` rows (None: rows only); see MAX_TOKENS.
+        ``batch_size`` rows (None: ``default_max_tokens``; 0: rows only).
 
         ``workers``: threads that run batches side by side, each with its share of torch's intra-op threads on a
         CPU (None: ``default_workers``). A native model's batch spends a third of its time in Python (collating,
@@ -140,9 +141,10 @@ class Predictor:
         self.device = next(model.parameters()).device
         self.autocast = autocast_dtype(precision, self.device)
         self.precision = _apply_precision(model, precision)
-        if max_tokens is not None and max_tokens < 1:
-            raise UserError(f"max_tokens must be at least 1, got {max_tokens}")
-        self.batch_size, self.buffer, self.max_tokens = batch_size, batch_size * buffer_batches, max_tokens
+        if max_tokens is not None and max_tokens < 0:
+            raise UserError(f"max_tokens must be 0 (no bound) or more, got {max_tokens}")
+        self.batch_size, self.buffer = batch_size, batch_size * buffer_batches
+        self.max_tokens = self.default_max_tokens if max_tokens is None else max_tokens
         self.kinds = {t.name: t.kind for t in model.tasks}
         self.collate = collator_for(model.cfg, encoder.pad_id, {})
         self.progress: Callable[[int], None] | None = None
@@ -183,6 +185,11 @@ class Predictor:
         if getattr(self.model, "identity", None) is not None:
             return 1
         return 2 if self.device.type != "cpu" or torch.get_num_threads() >= 2 else 1
+
+    @property
+    def default_max_tokens(self) -> int:
+        """MAX_TOKENS of this model's kind (a pretrained trunk's batch is arithmetic; a native one's more Python)."""
+        return MAX_TOKENS["pretrained" if getattr(self.model, "identity", None) is not None else "native"]
 
     def predict(
         self,
