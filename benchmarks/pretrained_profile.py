@@ -1,7 +1,7 @@
 """Where a frozen-trunk model's prediction time goes: CPU seconds per stage of ``predict_texts`` (the path that
 benchmarks/pretrained_throughput.py times), one thread, on CoNLL-2003 test sentences (issue 22 item 5).
 
-    python benchmarks/pretrained_profile.py --model RUN/best [--model ...] [--sentences 500] [--precision fp32]
+    python benchmarks/pretrained_profile.py --model RUN/best [--model ...] [--sentences 500] [--precision fp32,int8]
                                             [--max-tokens 0,1024]
 
 Each model predicts every task of the first ``--sentences`` CoNLL-2003 test token lists once as a warm-up, then once
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", action="append", required=True, help="a trained frozen-trunk model folder")
     parser.add_argument("--sentences", type=int, default=500, help="CoNLL-2003 test sentences")
-    parser.add_argument("--precision", default="fp32", help="fp32 or int8")
+    parser.add_argument("--precision", default="fp32", help="fp32 and/or int8, comma-separated")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument(
         "--max-tokens",
@@ -219,9 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     items = read_sentences(Path(args.data_root), args.sentences)
     entries = []
     for model in args.model:
-        for bound in [int(b) for b in args.max_tokens.split(",")]:
-            entries.append(profile(Path(model), items, args.precision, args.batch_size, bound))
-            print_profile(entries[-1])
+        for precision in args.precision.split(","):
+            for bound in [int(b) for b in args.max_tokens.split(",")]:
+                entries.append(profile(Path(model), items, precision, args.batch_size, bound))
+                print_profile(entries[-1])
     result = {
         "benchmark": "pretrained_profile",
         "command": "python benchmarks/pretrained_profile.py " + " ".join(sys.argv[1:] if argv is None else argv),
