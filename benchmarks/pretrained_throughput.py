@@ -12,8 +12,9 @@ folders only: MODEL/eval-test/metrics.json, which ``mtl-decoder evaluate --model
 test F1 and SST-2 test accuracy; ``--precision int8`` evaluated into MODEL/eval-test-int8 when that exists).
 
 Timing (the machinery of benchmarks/spacy_throughput.py): the first ``--sentences`` CoNLL-2003 test token lists, every
-task predicted (``predict_texts``, 1 torch thread, 1 worker), the trunk's state cache an empty temporary folder read
-only, so that every sentence runs through the trunk as a new text does; spaCy in its own virtual environment
+task predicted (``predict_texts``, 1 torch thread, 1 worker, the Predictor's batches: ``max_tokens`` in the output),
+the trunk's state cache an empty temporary folder read only, so that every sentence runs through the trunk as a new
+text does; spaCy in its own virtual environment
 (``--spacy-python``), ``nlp.pipe`` over the same words. Every round times each configuration and spaCy once, in
 alternating order; the medians of words per CPU-second are reported (the machine is shared). Writes
 benchmarks/results/pretrained_throughput.json: one entry per configuration and ``best``, the fastest configuration
@@ -138,6 +139,8 @@ def best_entry(entries: list[dict]) -> dict:
 def measure(args: argparse.Namespace) -> dict:
     import torch
 
+    from mtl_decoder.inference.predictor import MAX_TOKENS
+
     data_root = Path(args.data_root)
     items = read_sentences(data_root, args.sentences)
     words = words_of(items)
@@ -188,6 +191,7 @@ def measure(args: argparse.Namespace) -> dict:
         "cpu": cpu,
         "input": f"CoNLL-2003 test, first {len(items)} sentences ({words} words), pre-tokenised; every task predicted",
         "threads": 1,
+        "max_tokens": MAX_TOKENS["pretrained"],
         "torch": torch.__version__,
         "spacy": {k: v for k, v in spacy.info.items() if k != "ready"},
         "spacy_words_per_cpu_s": round(statistics.median(m["words_per_cpu_s"] for m in spacy_runs), 1),

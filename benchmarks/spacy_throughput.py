@@ -482,12 +482,18 @@ def size_variants(bench, data_root: Path, items: list[list[str]]) -> list[dict]:
     return out
 
 
-SPACY_PEER_QUALITY = {
-    "source": "../shared/NOTES.md: spaCy 3.8, one pipeline, shared CNN tok2vec -> ner + textcat, no vectors, "
-    "trained from scratch on the same data (19 min, 1 core)",
-    "conll2003_f1": {"validation": 0.866, "test": 0.800},
-    "sst2_accuracy": {"validation": 0.846, "test": 0.834},
-}
+def spacy_peer_quality(path: Path = REPO / "benchmarks/results/peers.json") -> dict | None:
+    """The quality of this pipeline trained on the same data, as benchmarks/peers/spacy_pipeline.py stored it
+    (None before that has run)."""
+    try:
+        peer = json.loads(path.read_text(encoding="utf-8"))["peers"]["spacy"]
+    except (OSError, KeyError, ValueError):
+        return None
+    return {
+        "source": f"benchmarks/results/peers.json peer 'spacy' ({peer['run']['date']}, commit {peer['run']['commit']})",
+        "conll2003_f1": {"validation": peer["conll2003"]["validation_f1"], "test": peer["conll2003"]["test_f1"]},
+        "sst2_accuracy": {"validation": peer["sst2"]["validation_accuracy"], "test": peer["sst2"]["test_accuracy"]},
+    }
 
 
 def quality_quote(path: Path = REPO / "benchmarks/results/quality.json", run: str = "ple") -> dict:
@@ -495,7 +501,7 @@ def quality_quote(path: Path = REPO / "benchmarks/results/quality.json", run: st
     try:
         entry = json.loads(path.read_text(encoding="utf-8"))["runs"][run]
     except (OSError, KeyError, ValueError):
-        return {"ours": None, "spacy_peer": SPACY_PEER_QUALITY}
+        return {"ours": None, "spacy_peer": spacy_peer_quality()}
     metrics = entry["metrics"]
     ours = {
         "source": f"benchmarks/results/quality.json run '{run}' ({entry.get('date')}, commit {entry.get('commit')}, "
@@ -504,7 +510,7 @@ def quality_quote(path: Path = REPO / "benchmarks/results/quality.json", run: st
         "conll2003_f1": {split: round(metrics[split]["conll2003"]["f1"], 4) for split in ("validation", "test")},
         "sst2_accuracy": {split: round(metrics[split]["sst2"]["accuracy"], 4) for split in ("validation", "test")},
     }
-    return {"ours": ours, "spacy_peer": SPACY_PEER_QUALITY}
+    return {"ours": ours, "spacy_peer": spacy_peer_quality()}
 
 
 def measure(args: argparse.Namespace) -> dict:
