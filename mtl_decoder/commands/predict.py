@@ -137,7 +137,7 @@ def add_predict(sub) -> None:
         "--gate-table",
         metavar="TABLE",
         help="read gate weights from a table made by build-gate-table and skip the experts it leaves under its "
-        "threshold (opt-in; approximate: see the README for what it costs and saves)",
+        "threshold (opt-in; approximate: see docs/diagnostics.md for what it costs and saves)",
     )
     p.add_argument(
         "--shard",
