@@ -219,7 +219,8 @@ def test_progress_counts_every_item_once_windows_included(run):
 def test_a_distillation_teacher_reads_its_trunk_states_but_never_writes_them(run, tmp_path, monkeypatch):
     """A frozen-trunk teacher labelling a transfer set is inference: its shared state folder stays as it was, even
     when its cache is flushed, and it keeps a bounded number of states (before, every text's states were kept in
-    memory and written to the folder, 1,024 at a time: 3.1 GB in the first 70 minutes of the SmolLM2 teacher on the transfer set)."""
+    memory and written to the folder, 1,024 at a time: 3.1 GB in the first 70 minutes of the SmolLM2 teacher on
+    the transfer set)."""
     import mtl_decoder.distill.targets as targets_module
 
     monkeypatch.setattr(frozen, "INFERENCE_ENTRIES", 16)
