@@ -76,7 +76,7 @@ def summary_table() -> Table:
     best = lookup("pretrained_throughput.json", "best")
     rows = [
         [
-            "`ple` on the frozen SmolLM2-135M trunk, 16 blocks, fp32",
+            "`ple` on the frozen SmolLM2-135M trunk, 16 blocks, fp32 (speed: the same shape, untrained)",
             fmt(metric("quality.json", "smollm2_frozen_ple", "test", "conll2003", "f1")),
             fmt(metric("quality.json", "smollm2_frozen_ple", "test", "sst2", "accuracy")),
             fmt(sixteen["words_per_cpu_s"], 0),
