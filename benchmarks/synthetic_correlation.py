@@ -73,13 +73,14 @@ the last step. All runs are deterministic for a given seed and thread count.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
-import platform
 import statistics
-import subprocess
+import sys
 import time
 from datetime import datetime, timezone
+from itertools import islice
 from pathlib import Path
 
 import torch
@@ -89,6 +90,9 @@ from torch import nn
 # Adapter: every use of mtl_decoder's API is in this section (ExpertGroup, ExpertBlock, RouteLayout, SHARED).
 # ------------------------------------------------------------------------------------------------------------------
 from mtl_decoder.model import SHARED, ExpertBlock, ExpertGroup, RouteLayout
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported by the tests
+from synthetic_correlation_report import compare, git_commit, machine, merge, summarise, tables
 
 TASKS = ["t1", "t2"]
 
@@ -247,8 +251,9 @@ def build_model(name: str, args: argparse.Namespace) -> nn.Module:
 
 
 class SeedData:
-    """Everything drawn once per seed (u1, u2, alpha, beta, the test set and, unless --train-size is 0, the training
-    set); the labels of correlation p are computed from them, so only w2 depends on p."""
+    """Everything drawn once per seed (u1, u2, alpha, beta, the test set, the training set unless --train-size is 0,
+    and the validation set that the stop rule reads); the labels of correlation p are computed from them, so only w2
+    depends on p."""
 
     def __init__(self, seed: int, args: argparse.Namespace):
         self.seed, self.args = seed, args
@@ -259,6 +264,7 @@ class SeedData:
         self.beta = torch.randn(args.sines, generator=g)
         self.test = self._draw(args.test_size, g)
         self.train = self._draw(args.train_size, g) if args.train_size else None
+        self.val = self._draw(args.val_size, g)  # drawn last: the test set and the training stream stay as before
 
     def _draw(self, n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(n, self.args.dim, generator=g)
@@ -276,12 +282,13 @@ class SeedData:
 
 
 class Data:
-    """The data of one (correlation, seed): a fixed test set, and training batches (a fixed training set sampled
-    with replacement, or fresh examples every step when --train-size is 0), the same for every model."""
+    """The data of one (correlation, seed): fixed validation and test sets, and training batches (a fixed training set
+    sampled with replacement, or fresh examples every step when --train-size is 0), the same for every model."""
 
     def __init__(self, seed_data: SeedData, p: float):
         self.sd, self.p = seed_data, p
         self.x_test, self.y_test = seed_data.test[0], seed_data.labels(*seed_data.test, p)
+        self.x_val, self.y_val = seed_data.val[0], seed_data.labels(*seed_data.val, p)
         if seed_data.train is not None:
             self.x_train, self.y_train = seed_data.train[0], seed_data.labels(*seed_data.train, p)
 
@@ -297,8 +304,44 @@ class Data:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Training
+# Training to convergence
 # ------------------------------------------------------------------------------------------------------------------
+
+
+def flattened(losses: list[float], window: int, eps: float) -> bool:
+    """True when the best of the last ``window`` evaluations beats the best of those before them by less than the
+    relative margin ``eps``; False while there is no earlier evaluation to compare with. Comparing best with best
+    (not last with last) makes a noisy plateau count as flat and a single lucky evaluation not count as progress
+    beyond ``eps``."""
+    if len(losses) <= window:
+        return False
+    return min(losses[-window:]) > (1.0 - eps) * min(losses[:-window])
+
+
+class StopRule:
+    """Decides, after each held-out evaluation, whether to go on, drop the learning rate or stop.
+
+    A stage ends when its losses have ``flattened``; after the first ``drops`` stages the learning rate drops (the
+    training loop restores the best state first) and a new stage starts from the best loss so far, so the next
+    stage must beat that by ``eps`` within ``window`` evaluations to go on; the last stage's end is the stop.
+    Non-finite losses count as no progress."""
+
+    def __init__(self, window: int, eps: float, drops: int):
+        if window < 1 or not 0.0 <= eps < 1.0 or drops < 0:
+            raise ValueError(f"StopRule needs window >= 1, 0 <= eps < 1, drops >= 0 (got {window}, {eps}, {drops})")
+        self.window, self.eps, self.drops = window, eps, drops
+        self.stage, self.history = 0, []
+
+    def update(self, loss: float) -> str:
+        """'go', 'drop' or 'stop'."""
+        self.history.append(loss if math.isfinite(loss) else math.inf)
+        if not flattened(self.history, self.window, self.eps):
+            return "go"
+        if self.stage == self.drops:
+            return "stop"
+        self.stage += 1
+        self.history = [min(self.history)]
+        return "drop"
 
 
 @torch.no_grad()
@@ -310,31 +353,55 @@ def test_mse(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[float]:
 
 
 def train_one(name: str, seed: int, data: Data, args: argparse.Namespace) -> dict:
+    """Adam at --lr, the validation MSE every --eval-every steps, the StopRule's drops and stop, at most --max-steps
+    steps; the reported test MSE is the checkpoint with the lowest validation MSE."""
     torch.manual_seed(seed)  # the same initialisation at every correlation
     model = build_model(name, args)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    decay = {
-        "constant": lambda step: 1.0,
-        "linear": lambda step: 1.0 - step / args.steps,
-        "cosine": lambda step: 0.5 * (1.0 + math.cos(math.pi * step / args.steps)),
-        "tail": lambda step: min(1.0, 5.0 * (1.0 - step / args.steps)),  # constant, then linear to 0 over the last 20%
-    }[args.schedule]
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, decay)
-    checkpoints = {round(k * args.steps / args.curve_points) for k in range(1, args.curve_points)}
-    curve, train_loss = [], []
-    for step, (x, y) in zip(range(1, args.steps + 1), data.batches(args.batch), strict=False):
-        loss = ((model(x) - y) ** 2).mean(0).sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        train_loss.append(loss.item() / 2)
-        if step in checkpoints:
-            curve.append((step, statistics.fmean(test_mse(model, data.x_test, data.y_test))))
+    rule = StopRule(args.window, args.eps, args.lr_drops)
+    best_loss, best_step, best_state = math.inf, 0, copy.deepcopy((model.state_dict(), opt.state_dict()))
+    steps, val, drops, train_loss = [], [], [], []
+    batches, step, capped = data.batches(args.batch), 0, False
+    while True:
+        for x, y in islice(batches, args.eval_every):
+            loss = ((model(x) - y) ** 2).mean(0).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            train_loss.append(loss.item() / 2)
+        step += args.eval_every
+        v = statistics.fmean(test_mse(model, data.x_val, data.y_val))
+        steps.append(step)
+        val.append(v)
+        if v < best_loss:  # False for NaN: a diverged state is never kept
+            best_loss, best_step = v, step
+            best_state = copy.deepcopy((model.state_dict(), opt.state_dict()))
+        decision = rule.update(v)
+        if decision == "stop":
+            break
+        if step >= args.max_steps:
+            capped = True
+            break
+        if decision == "drop":
+            model.load_state_dict(best_state[0])
+            opt.load_state_dict(best_state[1])  # also brings back the lr of the best state's stage: set it anew
+            drops.append(step)
+            for group in opt.param_groups:
+                group["lr"] = args.lr * args.lr_factor ** len(drops)
+    model.load_state_dict(best_state[0])
     per_task = test_mse(model, data.x_test, data.y_test)
-    curve.append((args.steps, statistics.fmean(per_task)))
-    tail = train_loss[-max(1, args.steps // 20) :]
-    return {"test_mse": per_task, "train_mse_tail": statistics.fmean(tail), "curve": curve}
+    return {
+        "loss": statistics.fmean(per_task),
+        "test_mse": per_task,
+        "best_step": best_step,
+        "best_val_mse": best_loss,
+        "stopped_at": step,
+        "capped": capped,
+        "lr_drops": drops,
+        "train_mse_tail": statistics.fmean(train_loss[-args.eval_every :]),
+        "steps": steps,
+        "val_mse": val,
+    }
 
 
 def n_params(name: str, args: argparse.Namespace) -> dict:
@@ -345,119 +412,24 @@ def n_params(name: str, args: argparse.Namespace) -> dict:
     return {"experts": experts, "towers": towers, "gates": total - experts - towers, "total": total}
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Reporting
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def machine() -> dict:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        lines = []
-    models = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    flags = next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith("flags")), set())
-    return {
-        "cpu": models[0] if models else platform.processor() or platform.machine(),
-        "avx512": sorted(f for f in flags if f.startswith("avx512")) or False,
-        "logical_cpus": len(models) or None,
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-    }
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def fmt(values: list[float]) -> str:
-    m, s = mean_std(values)
-    return f"{m:.4f} ± {s:.4f}"
-
-
-def summarise(runs: dict, models: list[str], corrs: list[float], seeds: list[int]) -> list[dict]:
-    rows = []
-    for name in models:
-        for p in corrs:
-            per_seed = [runs[name, p, s] for s in seeds]
-            avg = [statistics.fmean(r["test_mse"]) for r in per_seed]
-            m, sd = mean_std(avg)
-            row = {
-                "model": name,
-                "correlation": p,
-                "seeds": len(seeds),
-                "loss_mean": m,
-                "loss_std": sd,
-                "loss_task1_mean": mean_std([r["test_mse"][0] for r in per_seed])[0],
-                "loss_task1_std": mean_std([r["test_mse"][0] for r in per_seed])[1],
-                "loss_task2_mean": mean_std([r["test_mse"][1] for r in per_seed])[0],
-                "loss_task2_std": mean_std([r["test_mse"][1] for r in per_seed])[1],
-                "train_loss_mean": statistics.fmean(r["train_mse_tail"] for r in per_seed),
-                "per_seed": {str(s): r for s, r in zip(seeds, per_seed, strict=True)},
-            }
-            top = max(corrs)
-            if p != top:  # paired by seed: the same data, initialisation and batches at both correlations
-                base = [statistics.fmean(runs[name, top, s]["test_mse"]) for s in seeds]
-                diffs = [a - b for a, b in zip(avg, base, strict=True)]
-                ratios = [a / b for a, b in zip(avg, base, strict=True)]
-                row[f"increase_vs_{top}_mean"], row[f"increase_vs_{top}_std"] = mean_std(diffs)
-                row[f"ratio_vs_{top}_mean"], row[f"ratio_vs_{top}_std"] = mean_std(ratios)
-            rows.append(row)
-    return rows
-
-
-def print_tables(rows: list[dict], models: list[str], corrs: list[float]) -> None:
-    by = {(r["model"], r["correlation"]): r for r in rows}
-    head = "| model | " + " | ".join(f"p = {p}" for p in corrs) + " |"
-    sep = "| --- " * (len(corrs) + 1) + "|"
-
-    def table(title: str, cell) -> None:
-        print(f"\n{title}\n\n{head}\n{sep}")
-        for name in models:
-            print(f"| {name} | " + " | ".join(cell(by[name, p]) for p in corrs) + " |")
-
-    table(
-        "Held-out MSE, mean of the two tasks (mean ± std over seeds)",
-        lambda r: f"{r['loss_mean']:.4f} ± {r['loss_std']:.4f}",
-    )
-    top = max(corrs)
-    key = f"increase_vs_{top}"
-    table(
-        f"Increase over the same seed's loss at p = {top} (paired; mean ± std)",
-        lambda r: f"{r[key + '_mean']:+.4f} ± {r[key + '_std']:.4f}" if key + "_mean" in r else "-",
-    )
-    table(
-        f"Ratio to the same seed's loss at p = {top} (paired; mean ± std)",
-        lambda r: f"{r[f'ratio_vs_{top}_mean']:.2f} ± {r[f'ratio_vs_{top}_std']:.2f}" if key + "_mean" in r else "-",
-    )
-    for k in (1, 2):
-        table(
-            f"Task {k} held-out MSE (mean ± std)",
-            lambda r, k=k: f"{r[f'loss_task{k}_mean']:.4f} ± {r[f'loss_task{k}_std']:.4f}",
-        )
-
-
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, default=5, help="number of seeds (0 .. N-1)")
-    ap.add_argument("--steps", type=int, default=1200, help="training steps per run")
-    ap.add_argument("--correlations", default="1.0,0.9,0.5,0.0")
-    ap.add_argument("--models", default="mlp,mmoe,cgc,ple", help="from mlp, mmoe, cgc, ple, stl")
+    ap.add_argument("--seeds", type=int, default=5, help="number of seeds (--first-seed .. --first-seed + N - 1)")
+    ap.add_argument("--first-seed", type=int, default=0, help="first seed (run seeds in parts, then --merge them)")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="combine results files of other seeds into --out")
+    ap.add_argument("--correlations", default="1.0,0.5,0.0")
+    ap.add_argument("--models", default="mlp,mmoe,cgc,ple,stl", help="from mlp, mmoe, cgc, ple, stl")
     ap.add_argument("--json", action="store_true", help="write the result file (--out)")
+    ap.add_argument("--table", action="store_true", help="print the markdown tables of --out and exit (no training)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "synthetic_correlation.json"))
-    ap.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (peak)")
-    ap.add_argument(
-        "--schedule", choices=["constant", "linear", "cosine", "tail"], default="tail", help="learning rate decay"
-    )
+    ap.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate of the first stage")
+    ap.add_argument("--max-steps", type=int, default=10_000, help="cap on the steps of one training (reported)")
+    ap.add_argument("--eval-every", type=int, default=100, help="steps between validation evaluations")
+    ap.add_argument("--window", type=int, default=10, help="evaluations without eps progress that end a stage")
+    ap.add_argument("--eps", type=float, default=0.01, help="relative improvement of the best loss that counts")
+    ap.add_argument("--lr-drops", type=int, default=1, help="stages after the first, each at lr x --lr-factor")
+    ap.add_argument("--lr-factor", type=float, default=0.1, help="learning rate factor at each drop")
+    ap.add_argument("--agree", type=float, default=1.0, help="share of seeds that must agree for a verdict")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--hidden", type=int, default=16, help="hidden units of each expert (mlp: 8x, stl: 4x per task)")
     ap.add_argument("--tower", type=int, default=8, help="hidden units of each task tower")
@@ -465,22 +437,37 @@ def main() -> None:
     ap.add_argument("--initial-shared-weight", type=float, default=0.7, help="the project's gate init (default 0.7)")
     ap.add_argument("--residual", action="store_true", help="levels as in the decoder: h + block(RMSNorm(h))")
     ap.add_argument("--train-size", type=int, default=0, help="fixed training set size; 0: fresh examples every step")
-    ap.add_argument("--test-size", type=int, default=10_000)
+    ap.add_argument("--val-size", type=int, default=2_000, help="validation examples the stop rule reads")
+    ap.add_argument("--test-size", type=int, default=10_000, help="test examples of the reported loss")
     ap.add_argument("--dim", type=int, default=100, help="input dimension d (= d_model)")
     ap.add_argument("--sines", type=int, default=10, help="m, the number of sine terms")
     ap.add_argument("--scale", type=float, default=1.0, help="c, the norm of w1 and w2")
     ap.add_argument("--noise-var", type=float, default=0.01, help="label noise variance")
-    ap.add_argument("--curve-points", type=int, default=6, help="held-out evaluations during a run")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 was faster for these tiny nets)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.max_steps < args.eval_every or args.eval_every < 1:
+        ap.error(f"--max-steps ({args.max_steps}) must be at least --eval-every ({args.eval_every}) >= 1")
+    StopRule(args.window, args.eps, args.lr_drops)  # validates them
+    return args
 
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.table:
+        print(tables(json.loads(Path(args.out).read_text())))
+        return
+    if args.merge:
+        result = merge([json.loads(Path(f).read_text()) for f in args.merge])
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(tables(result) + f"\nwrote {args.out}")
+        return
     torch.set_num_threads(args.threads)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     corrs = [float(c) for c in args.correlations.split(",")]
-    seeds = list(range(args.seeds))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     params = {name: n_params(name, args) for name in models}
 
-    start, runs, label_corr, label_var = time.perf_counter(), {}, {}, {}
+    start, cpu0, runs, label_corr, label_var = time.perf_counter(), time.process_time(), {}, {}, {}
     for seed in seeds:
         seed_data = SeedData(seed, args)
         for p in corrs:
@@ -489,38 +476,30 @@ def main() -> None:
             label_corr[p, seed] = torch.corrcoef(y.T)[0, 1].item()
             label_var[p, seed] = y.var(0).mean().item()
             for name in models:
-                runs[name, p, seed] = train_one(name, seed, data, args)
-        print(f"seed {seed} done, {time.perf_counter() - start:.0f} s", flush=True)
-    wall = time.perf_counter() - start
+                t = time.process_time()
+                runs[name, p, seed] = {**train_one(name, seed, data, args), "cpu_s": round(time.process_time() - t, 2)}
+        print(
+            f"seed {seed} done, {time.perf_counter() - start:.0f} s, {time.process_time() - cpu0:.0f} CPU-s", flush=True
+        )
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
 
-    rows = summarise(runs, models, corrs, seeds)
-    print_tables(rows, models, corrs)
-    print(
-        "\nLabel Pearson correlation (test set, mean over seeds): "
-        + ", ".join(f"p = {p}: {statistics.fmean(label_corr[p, s] for s in seeds):.3f}" for p in corrs)
-    )
-    variance = statistics.fmean(label_var.values())
-    print(f"Label variance (mean of the two tasks): {variance:.3f}; noise floor {args.noise_var}")
+    result = {
+        "benchmark": "synthetic_correlation",
+        "results": summarise(runs, models, corrs, seeds),
+        "label_pearson": {str(p): [label_corr[p, s] for s in seeds] for p in corrs},
+        "label_variance": statistics.fmean(label_var.values()),
+        "parameters": params,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "out", "table", "merge")},
+        "machine": machine(),
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "commit": git_commit(),
+    }
+    result["comparisons"] = compare(result["results"], models, corrs, args.agree)
+    print(tables(result))
     print("Parameters: " + ", ".join(f"{n} {params[n]['total']:,} (experts {params[n]['experts']:,})" for n in models))
-    mach = machine()
-    print(
-        f"Machine: {mach['cpu']}, AVX-512: {'yes' if mach['avx512'] else 'no'}, torch {mach['torch']}, "
-        f"{mach['torch_threads']} thread(s); wall time {wall:.0f} s"
-    )
-
     if args.json:
-        result = {
-            "benchmark": "synthetic_correlation",
-            "results": rows,
-            "label_pearson": {str(p): [label_corr[p, s] for s in seeds] for p in corrs},
-            "label_variance": variance,
-            "parameters": params,
-            "settings": {k: v for k, v in vars(args).items() if k not in ("json", "out")},
-            "machine": mach,
-            "wall_s": round(wall, 1),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-            "commit": git_commit(),
-        }
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")
 
