@@ -196,6 +196,10 @@ def _range(values: list[float], signed: bool = False) -> str:
     return f"{f.format(min(values))} to {f.format(max(values))}"
 
 
+def _span(seeds: list[int]) -> str:
+    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+
+
 def _grid(title: str, rows: list[str], corrs: list[float], cell, first: str = "model") -> list[str]:
     lines = [f"**{title}**", "", f"| {first} | " + " | ".join(f"p = {p}" for p in corrs) + " |"]
     lines.append("| --- " * (len(corrs) + 1) + "|")
@@ -224,12 +228,15 @@ def tables(result: dict) -> str:
     share, top = s["agree"], max(corrs)
     by = {(r["model"], r["correlation"]): r for r in rows}
     cmp = compare(rows, models, corrs, share)
-    n = len(seed_losses(rows, models[0], corrs[0]))
+    seeds = sorted(int(k) for k in by[models[0], corrs[0]]["per_seed"])
+    n, parts = len(seeds), result.get("merged_from")
     out = [
-        f"Run: {n} seeds, correlations {', '.join(map(str, corrs))}, models {', '.join(models)}; {result['date']}, "
-        f"commit {result['commit']}, {result['machine']['cpu']}, {result['machine']['torch_threads']} thread, "
-        f"{result['cpu_s'] / 60:.0f} CPU-minutes. Held-out MSE is the test set's (10,000 examples per seed), mean of "
-        f"the two tasks, at the checkpoint with the lowest validation MSE; label variance "
+        f"One run: seeds {_span(seeds)}, correlations {', '.join(map(str, corrs))}, models {', '.join(models)}; "
+        f"{result['date']}, commit {result['commit']}, {result['machine']['cpu']}, "
+        f"{result['machine']['torch_threads']} thread per process, {result['cpu_s'] / 60:.0f} CPU-minutes"
+        + (f" in {len(parts)} processes side by side (--merge)" if parts else "")
+        + f". Every range below spans these {n} seeds. Held-out MSE: the test set's ({s['test_size']:,} examples "
+        f"per seed), mean of the two tasks, at the checkpoint with the lowest validation MSE; label variance "
         f"{result['label_variance']:.2f}, noise floor {s['noise_var']}. A verdict needs {share:.0%} of the seeds.",
         "",
     ]
@@ -239,7 +246,7 @@ def tables(result: dict) -> str:
         capped = by[m, p]["capped"]
         return f"{statistics.fmean(v):.3f} ({_range(v)})" + (f", {capped} capped" if capped else "")
 
-    out += _grid("Held-out MSE: mean over seeds (lowest to highest seed)", models, corrs, loss_cell)
+    out += _grid("Held-out MSE: mean over seeds (lowest to highest)", models, corrs, loss_cell)
 
     def conv_cell(m: str, p: float) -> str:
         r = by[m, p]

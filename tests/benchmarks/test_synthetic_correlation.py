@@ -134,6 +134,7 @@ def hand_result() -> dict:
         per_seed = {str(s): {"loss": x, "stopped_at": 100 * (s + 1), "capped": s == 2} for s, x in enumerate(v)}
         rows.append({"model": m, "correlation": p, "capped": 1, "per_seed": per_seed})
     settings = {"models": "a,b", "correlations": "1.0,0.0", "agree": 1.0, "max_steps": 300, "noise_var": 0.01}
+    settings["test_size"] = 100
     machine = {"cpu": "hand", "torch_threads": 1}
     return {
         "results": rows,
@@ -176,11 +177,12 @@ def test_merge_refuses_different_settings():
 
 
 def test_results_page_carries_the_tables_of_the_stored_json():
-    """docs/synthetic_correlation.md is regenerated from the JSON: every table and claim in it is the JSON's."""
-    text = rep.tables(json.loads(RESULTS.read_text()))
+    """docs/synthetic_correlation.md's tables and claims are --table's output for the stored JSON, verbatim."""
     page = PAGE.read_text()
-    for block in text.split("\n\n"):
-        assert block.strip() in page, f"not in {PAGE.name}: {block[:80]}"
+    opening = "<!-- generated: synthetic_correlation_report.tables synthetic_correlation.json -->\n"
+    assert page.count(opening) == 1
+    body = page.split(opening, 1)[1].split("\n<!-- /generated -->", 1)[0]
+    assert body == rep.tables(json.loads(RESULTS.read_text())).strip("\n")
 
 
 def test_stored_runs_keep_each_seeds_curve():
