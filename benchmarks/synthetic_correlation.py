@@ -1,7 +1,7 @@
 """The MMoE paper's synthetic two-task regression at controlled task correlation, on this project's expert blocks.
 
-    python benchmarks/synthetic_correlation.py [--seeds 5] [--first-seed 0] [--max-steps 7000]
-                                               [--correlations 1.0,0.5,0.0] [--models mlp,mmoe,cgc,ple,stl] [--json]
+    python benchmarks/synthetic_correlation.py [--seeds 5] [--first-seed 0] [--max-steps 6000]
+                                               [--correlations 1.0,0.0]   [--models mlp,mmoe,cgc,ple,stl] [--json]
     python benchmarks/synthetic_correlation.py --merge part0.json part3.json   # seeds run in parts, into --out
     python benchmarks/synthetic_correlation.py --table                         # the tables of --out, no training
 
@@ -264,13 +264,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seeds", type=int, default=5, help="number of seeds (--first-seed .. --first-seed + N - 1)")
     ap.add_argument("--first-seed", type=int, default=0, help="first seed (run seeds in parts, then --merge them)")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="combine results files of other seeds into --out")
-    ap.add_argument("--correlations", default="1.0,0.5,0.0")
+    ap.add_argument("--correlations", default="1.0,0.0", help="task correlations p (the stored run: 1.0,0.0)")
     ap.add_argument("--models", default="mlp,mmoe,cgc,ple,stl", help="from mlp, mmoe, cgc, ple, stl")
     ap.add_argument("--json", action="store_true", help="write the result file (--out)")
     ap.add_argument("--table", action="store_true", help="print the markdown tables of --out and exit (no training)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "synthetic_correlation.json"))
     ap.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate of the first stage")
-    ap.add_argument("--max-steps", type=int, default=7_000, help="cap on the steps of one training (reported)")
+    ap.add_argument("--max-steps", type=int, default=6_000, help="cap on the steps of one training (reported)")
     ap.add_argument("--eval-every", type=int, default=100, help="steps between validation evaluations")
     ap.add_argument("--window", type=int, default=10, help="evaluations without eps progress that end a stage")
     ap.add_argument("--eps", type=float, default=0.01, help="relative improvement of the best loss that counts")
