@@ -1,7 +1,7 @@
 """The MMoE paper's synthetic two-task regression at controlled task correlation, on this project's expert blocks.
 
     python benchmarks/synthetic_correlation.py [--seeds 5] [--first-seed 0] [--max-steps 6000]
-                                               [--correlations 1.0,0.0]   [--models mlp,mmoe,cgc,ple,stl] [--json]
+                                               [--correlations 1.0,0.0] [--models mlp,mmoe,cgc,ple,stl] [--json]
     python benchmarks/synthetic_correlation.py --merge part0.json part3.json   # seeds run in parts, into --out
     python benchmarks/synthetic_correlation.py --table                         # the tables of --out, no training
 
@@ -53,7 +53,7 @@ expert hidden units, 38,400 expert weights; each task's tower is Linear(100, 8)-
   cgc   ExpertBlock('cgc'): 2 experts per task + 4 shared, of 16 (one extraction level).
   ple   two ExpertBlock('ple') levels of 1 expert per task + 2 shared, of 16; the first level has the shared gate,
         the last none, as in the paper and in MTLDecoder; level 2 reads level 1's per-route outputs.
-  stl   reference, not in the default list: two single-task networks, each one expert of hidden 64 + a tower.
+  stl   the single-task reference: two networks, one per task, each one expert of hidden 64 + a tower.
 Each example is one token (T = 1); routes are built as MTLDecoder.route_layout does (every example on every task's
 route, plus the 'shared' route for ple). Levels are stacked as in the papers, f(h), not as residual branches;
 --residual stacks them as the decoder does, h + f(RMSNorm(h)). Gates keep the project's initialisation (zero
@@ -65,7 +65,7 @@ every block is a residual branch and a layer should start as the identity ('proj
 a zero w_out makes each block's output zero; PLE's second level then reads zeros, and no weight below its w_out ever
 gets a gradient: PLE does not train at all (held-out MSE stays at the label variance, about 7). The default,
 'nonzero-wout', keeps the project's w_in and draws w_out from N(0, 1/hidden); 'fanin' also draws w_in from
-N(0, 1/d_model). The results file reports what each gives.
+N(0, 1/d_model). The stored run uses the default.
 
 Training: Adam, one learning rate for every model (--lr 3e-3), batch 128, loss = sum of the two tasks' MSE.
 Convergence, per run: the validation MSE (--val-size 2,000 examples of the seed, apart from the 10,000 test
