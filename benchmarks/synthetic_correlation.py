@@ -313,6 +313,7 @@ def main(argv: list[str] | None = None) -> None:
     corrs = [float(c) for c in args.correlations.split(",")]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     params = {name: n_params(name, args) for name in models}
+    commit = git_commit()  # the code that runs, not whatever is checked out when it ends
 
     start, cpu0, runs, label_corr, label_var = time.perf_counter(), time.process_time(), {}, {}, {}
     for seed in seeds:
@@ -341,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         "wall_s": round(wall, 1),
         "cpu_s": round(cpu, 1),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        "commit": git_commit(),
+        "commit": commit,
     }
     result["comparisons"] = compare(result["results"], models, corrs, args.agree)
     print(tables(result))
