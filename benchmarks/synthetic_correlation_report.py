@@ -251,10 +251,15 @@ def tables(result: dict) -> str:
     def conv_cell(m: str, p: float) -> str:
         r = by[m, p]
         stops = [r["per_seed"][k]["stopped_at"] for k in sorted(r["per_seed"], key=int)]
-        return f"{statistics.median(stops):,.0f} ({min(stops):,}-{max(stops):,}), {r['capped']}/{len(stops)} capped"
+        dropped = sum(bool(run["lr_drops"]) for run in r["per_seed"].values())
+        return (
+            f"{statistics.median(stops):,.0f} ({min(stops):,}-{max(stops):,}), {r['capped']}/{len(stops)} capped, "
+            f"lr dropped in {dropped}/{len(stops)}"
+        )
 
     out += _grid(
-        f"Steps to the stop (median, range) and seeds that hit the {s['max_steps']:,}-step cap",
+        f"Steps to the stop (median, range), seeds that hit the {s['max_steps']:,}-step cap, seeds whose first stage "
+        "flattened (lr dropped)",
         models,
         corrs,
         conv_cell,

@@ -131,7 +131,10 @@ def hand_result() -> dict:
     losses["b", 0.0] = [0.15, 0.19, 0.36]
     rows = []
     for (m, p), v in losses.items():
-        per_seed = {str(s): {"loss": x, "stopped_at": 100 * (s + 1), "capped": s == 2} for s, x in enumerate(v)}
+        per_seed = {
+            str(s): {"loss": x, "stopped_at": 100 * (s + 1), "capped": s == 2, "lr_drops": [50] * (s == 0)}
+            for s, x in enumerate(v)
+        }
         rows.append({"model": m, "correlation": p, "capped": 1, "per_seed": per_seed})
     settings = {"models": "a,b", "correlations": "1.0,0.0", "agree": 1.0, "max_steps": 300, "noise_var": 0.01}
     settings["test_size"] = 100
@@ -162,7 +165,7 @@ def test_tables_state_claims_only_where_seeds_agree():
     text = rep.tables(hand_result())
     assert "- a vs b: b lower at p = 0.0 (3/3, sign test p = 0.25); the seeds disagree at p = 1.0." in text
     assert "| a | 0.200 (0.100 to 0.300), 1 capped | 0.400 (0.300 to 0.500), 1 capped |" in text
-    assert "| a | 200 (100-300), 1/3 capped |" in text
+    assert "| a | 200 (100-300), 1/3 capped, lr dropped in 1/3 |" in text
 
 
 def test_merge_refuses_different_settings():
