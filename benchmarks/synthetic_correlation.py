@@ -295,6 +295,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_steps < args.eval_every or args.eval_every < 1:
         ap.error(f"--max-steps ({args.max_steps}) must be at least --eval-every ({args.eval_every}) >= 1")
     StopRule(args.window, args.eps, args.lr_drops)  # validates them
+    if not 0.5 < args.agree <= 1.0:
+        ap.error(f"--agree must be in (0.5, 1] (got {args.agree}): more than half the seeds, so a verdict is one-sided")
     return args
 
 

@@ -73,6 +73,11 @@ def test_stop_rule_refuses_bad_settings(bad):
         sc.StopRule(*bad)
 
 
+def test_a_bad_share_is_refused_before_any_training():
+    with pytest.raises(SystemExit):
+        sc.parse_args(["--agree", "0.4"])
+
+
 def tiny_args(**over) -> argparse.Namespace:
     small = "--dim 8 --sines 2 --hidden 2 --tower 2 --batch 16 --val-size 64 --test-size 64 --eval-every 5"
     args = sc.parse_args([*small.split(), "--max-steps", "20"])
