@@ -1,12 +1,15 @@
 """The MMoE paper's synthetic two-task regression at controlled task correlation, on this project's expert blocks.
 
-    python benchmarks/synthetic_correlation.py [--seeds 5] [--steps 1200] [--correlations 1.0,0.9,0.5,0.0]
-                                               [--models mlp,mmoe,cgc,ple] [--json]
+    python benchmarks/synthetic_correlation.py [--seeds 5] [--first-seed 0] [--max-steps 6000]
+                                               [--correlations 1.0,0.0] [--models mlp,mmoe,cgc,ple,stl] [--json]
+    python benchmarks/synthetic_correlation.py --merge part0.json part3.json   # seeds run in parts, into --out
+    python benchmarks/synthetic_correlation.py --table                         # the tables of --out, no training
 
-Prints markdown tables (model x correlation: mean ± std over seeds of the held-out MSE after the last step, averaged
-over the two tasks and per task, and each seed's increase over its own loss at the highest correlation); ``--json``
-also writes ``benchmarks/results/synthetic_correlation.json`` (``--out``). The default run is 80 trainings of 1,200
-steps on one thread: about 9-15 minutes on the 2-core development machine, depending on its load.
+Trains every (model, correlation, seed) to convergence (below), then prints markdown tables computed from the
+per-seed numbers alone (held-out MSE per model, steps to the stop, every pair of models compared seed by seed, the
+change of each seed's loss as the correlation falls) and the claims on which the seeds agree; ``--json`` also
+writes ``benchmarks/results/synthetic_correlation.json`` (``--out``), with every seed's validation curve. ``--table``
+prints the same tables from that file: docs/synthetic_correlation.md is made of them.
 
 Sources
   Ma et al., "Modeling Task Relationships in Multi-task Learning with Multi-gate Mixture-of-Experts", KDD 2018,
@@ -50,7 +53,7 @@ expert hidden units, 38,400 expert weights; each task's tower is Linear(100, 8)-
   cgc   ExpertBlock('cgc'): 2 experts per task + 4 shared, of 16 (one extraction level).
   ple   two ExpertBlock('ple') levels of 1 expert per task + 2 shared, of 16; the first level has the shared gate,
         the last none, as in the paper and in MTLDecoder; level 2 reads level 1's per-route outputs.
-  stl   reference, not in the default list: two single-task networks, each one expert of hidden 64 + a tower.
+  stl   the single-task reference: two networks, one per task, each one expert of hidden 64 + a tower.
 Each example is one token (T = 1); routes are built as MTLDecoder.route_layout does (every example on every task's
 route, plus the 'shared' route for ple). Levels are stacked as in the papers, f(h), not as residual branches;
 --residual stacks them as the decoder does, h + f(RMSNorm(h)). Gates keep the project's initialisation (zero
@@ -62,184 +65,40 @@ every block is a residual branch and a layer should start as the identity ('proj
 a zero w_out makes each block's output zero; PLE's second level then reads zeros, and no weight below its w_out ever
 gets a gradient: PLE does not train at all (held-out MSE stays at the label variance, about 7). The default,
 'nonzero-wout', keeps the project's w_in and draws w_out from N(0, 1/hidden); 'fanin' also draws w_in from
-N(0, 1/d_model). The results file reports what each gives.
+N(0, 1/d_model). The stored run uses the default.
 
-Training: Adam, one learning rate for every model (3e-3, constant, then linear decay to 0 over the last 20% of the
-steps), batch 128, loss = sum of the two tasks' MSE, 1,200 steps (the 10-minute budget; the nets are not converged
-there: each run's held-out curve is in the results file, and --steps runs longer). Reported: held-out MSE after
-the last step. All runs are deterministic for a given seed and thread count.
+Training: Adam, one learning rate for every model (--lr 3e-3), batch 128, loss = sum of the two tasks' MSE.
+Convergence, per run: the validation MSE (--val-size 2,000 examples of the seed, apart from the 10,000 test
+examples) every --eval-every 100 steps; a stage ends when the best of its last --window 10 evaluations beats the
+best before them by less than --eps 1% (``flattened``; best against best, so a noisy plateau ends and a lucky
+evaluation is not progress); the first stage's end restores the best state and divides the learning rate by 10
+(--lr-drops 1, --lr-factor 0.1), the second stage's end is the stop (``StopRule``). --max-steps caps a run; a run
+stopped by the cap is marked 'capped' in the results and counted in the tables. Reported: the test MSE of the
+state with the lowest validation MSE. With a fixed 1,200 steps (this script before) hard sharing and the
+single-task nets had not converged on three of five seeds, so the comparison measured speed of convergence. The
+drop and the best-state restore also catch divergence: at a constant 3e-3 a ple run was seen to blow up after
+7,500 steps. All runs are deterministic for a given seed and thread count.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
-import platform
 import statistics
-import subprocess
+import sys
 import time
 from datetime import datetime, timezone
+from itertools import islice
 from pathlib import Path
 
 import torch
 from torch import nn
 
-# ------------------------------------------------------------------------------------------------------------------
-# Adapter: every use of mtl_decoder's API is in this section (ExpertGroup, ExpertBlock, RouteLayout, SHARED).
-# ------------------------------------------------------------------------------------------------------------------
-from mtl_decoder.model import SHARED, ExpertBlock, ExpertGroup, RouteLayout
-
-TASKS = ["t1", "t2"]
-
-
-def make_expert_group(n_experts: int, d_model: int, hidden: int) -> nn.Module:
-    return ExpertGroup(n_experts, d_model, hidden)
-
-
-def run_expert_group(group: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """(M, C) -> (M, C): the group's single expert."""
-    return group(x)[0]
-
-
-def make_block(
-    variant: str, d_model: int, n_shared: int, n_task: int, hidden: int, initial_shared_weight: float, last: bool
-) -> nn.Module:
-    return ExpertBlock(
-        variant,
-        TASKS,
-        d_model,
-        n_shared,
-        n_task,
-        hidden,
-        initial_shared_weight,
-        shared_gate=not last,
-    )
-
-
-def build_layout(variant: str, batch: int) -> RouteLayout:
-    """Every example on every task's route (+ the shared route for ple), one token per example."""
-    everyone = torch.arange(batch)
-    routes = {t: everyone for t in TASKS}
-    if variant == "ple":
-        routes[SHARED] = everyone
-    return RouteLayout.build(routes, torch.ones(batch, 1, dtype=torch.bool))
-
-
-def pack(x: torch.Tensor, layout: RouteLayout) -> torch.Tensor:
-    """(B, C) examples -> (M, C) packed tokens, grouped by route."""
-    return x.unsqueeze(1)[layout.row_example].flatten(0, 1)[layout.token_index]
-
-
-def run_block(block: nn.Module, x: torch.Tensor, layout: RouteLayout) -> torch.Tensor:
-    out, _gates = block(x, layout)
-    return out
-
-
-def task_tokens(layout: RouteLayout, task: str) -> slice:
-    return layout.tokens(task)
-
-
-def init_experts(model: nn.Module, how: str) -> None:
-    """'project': the project's own (w_in ~ N(0, 0.02), w_out = 0); 'nonzero-wout': the project's w_in, w_out ~
-    N(0, 1/hidden); 'fanin': w_in ~ N(0, 1/d_model), w_out ~ N(0, 1/hidden)."""
-    for m in model.modules():
-        if isinstance(m, ExpertGroup):
-            m.reset_parameters()
-            if how == "project":
-                continue
-            with torch.no_grad():
-                if how == "fanin":
-                    m.w_in.normal_(0.0, m.w_in.shape[0] ** -0.5)
-                m.w_out.normal_(0.0, m.hidden**-0.5)
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Models
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def tower(d_model: int, width: int) -> nn.Module:
-    return nn.Sequential(nn.Linear(d_model, width), nn.ReLU(), nn.Linear(width, 1))
-
-
-class Level(nn.Module):
-    """One level: ``f(h)``, or with --residual the decoder's ``h + f(RMSNorm(h))``."""
-
-    def __init__(self, f, d: int, residual: bool):
-        super().__init__()
-        self.f, self.norm = f, nn.RMSNorm(d) if residual else None
-
-    def forward(self, h: torch.Tensor, *extra) -> torch.Tensor:
-        return self.f(h, *extra) if self.norm is None else h + self.f(self.norm(h), *extra)
-
-
-class HardSharing(nn.Module):
-    def __init__(self, d: int, hidden: int, tower_width: int, residual: bool):
-        super().__init__()
-        self.bottom = make_expert_group(1, d, hidden)
-        self.level = Level(lambda h: run_expert_group(self.bottom, h), d, residual)
-        self.towers = nn.ModuleList(tower(d, tower_width) for _ in TASKS)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.level(x)
-        return torch.cat([t(h) for t in self.towers], dim=1)
-
-
-class SingleTask(nn.Module):
-    def __init__(self, d: int, hidden: int, tower_width: int, residual: bool):
-        super().__init__()
-        self.bottoms = nn.ModuleList(make_expert_group(1, d, hidden) for _ in TASKS)
-        self.levels = nn.ModuleList(Level(lambda h, b=b: run_expert_group(b, h), d, residual) for b in self.bottoms)
-        self.towers = nn.ModuleList(tower(d, tower_width) for _ in TASKS)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([t(lv(x)) for lv, t in zip(self.levels, self.towers, strict=True)], dim=1)
-
-
-class Gated(nn.Module):
-    """One or more expert blocks (mmoe, cgc: one level; ple: two), then per-task towers."""
-
-    def __init__(self, variant: str, levels: int, d: int, n_shared: int, n_task: int, hidden: int, args):
-        super().__init__()
-        self.variant = variant
-        self.blocks = nn.ModuleList(
-            make_block(variant, d, n_shared, n_task, hidden, args.initial_shared_weight, last=i == levels - 1)
-            for i in range(levels)
-        )
-        self.levels = [Level(lambda h, lay, b=b: run_block(b, h, lay), d, args.residual) for b in self.blocks]
-        self.norms = nn.ModuleList(lv.norm for lv in self.levels if lv.norm is not None)
-        self.towers = nn.ModuleList(tower(d, args.tower) for _ in TASKS)
-        self._layouts: dict[int, RouteLayout] = {}
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B = x.shape[0]
-        if B not in self._layouts:
-            self._layouts[B] = build_layout(self.variant, B)
-        layout = self._layouts[B]
-        h = pack(x, layout)
-        for level in self.levels:
-            h = level(h, layout)
-        return torch.cat([t(h[task_tokens(layout, name)]) for t, name in zip(self.towers, TASKS, strict=True)], dim=1)
-
-
-def build_model(name: str, args: argparse.Namespace) -> nn.Module:
-    d, H, tw = args.dim, args.hidden, args.tower
-    if name == "mlp":
-        model = HardSharing(d, 8 * H, tw, args.residual)
-    elif name == "stl":
-        model = SingleTask(d, 4 * H, tw, args.residual)
-    elif name == "mmoe":
-        model = Gated("mmoe", 1, d, 8, 0, H, args)
-    elif name == "cgc":
-        model = Gated("cgc", 1, d, 4, 2, H, args)
-    elif name == "ple":
-        model = Gated("ple", 2, d, 2, 1, H, args)
-    else:
-        raise SystemExit(f"unknown model {name!r} (choose from mlp, mmoe, cgc, ple, stl)")
-    init_experts(model, args.init)
-    return model
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or imported by the tests
+from synthetic_correlation_models import build_model, n_params
+from synthetic_correlation_report import compare, git_commit, machine, merge, summarise, tables
 
 # ------------------------------------------------------------------------------------------------------------------
 # Data
@@ -247,8 +106,9 @@ def build_model(name: str, args: argparse.Namespace) -> nn.Module:
 
 
 class SeedData:
-    """Everything drawn once per seed (u1, u2, alpha, beta, the test set and, unless --train-size is 0, the training
-    set); the labels of correlation p are computed from them, so only w2 depends on p."""
+    """Everything drawn once per seed (u1, u2, alpha, beta, the test set, the training set unless --train-size is 0,
+    and the validation set that the stop rule reads); the labels of correlation p are computed from them, so only w2
+    depends on p."""
 
     def __init__(self, seed: int, args: argparse.Namespace):
         self.seed, self.args = seed, args
@@ -259,6 +119,7 @@ class SeedData:
         self.beta = torch.randn(args.sines, generator=g)
         self.test = self._draw(args.test_size, g)
         self.train = self._draw(args.train_size, g) if args.train_size else None
+        self.val = self._draw(args.val_size, g)  # drawn last: the test set and the training stream stay as before
 
     def _draw(self, n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(n, self.args.dim, generator=g)
@@ -276,12 +137,13 @@ class SeedData:
 
 
 class Data:
-    """The data of one (correlation, seed): a fixed test set, and training batches (a fixed training set sampled
-    with replacement, or fresh examples every step when --train-size is 0), the same for every model."""
+    """The data of one (correlation, seed): fixed validation and test sets, and training batches (a fixed training set
+    sampled with replacement, or fresh examples every step when --train-size is 0), the same for every model."""
 
     def __init__(self, seed_data: SeedData, p: float):
         self.sd, self.p = seed_data, p
         self.x_test, self.y_test = seed_data.test[0], seed_data.labels(*seed_data.test, p)
+        self.x_val, self.y_val = seed_data.val[0], seed_data.labels(*seed_data.val, p)
         if seed_data.train is not None:
             self.x_train, self.y_train = seed_data.train[0], seed_data.labels(*seed_data.train, p)
 
@@ -297,8 +159,44 @@ class Data:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Training
+# Training to convergence
 # ------------------------------------------------------------------------------------------------------------------
+
+
+def flattened(losses: list[float], window: int, eps: float) -> bool:
+    """True when the best of the last ``window`` evaluations beats the best of those before them by less than the
+    relative margin ``eps``; False while there is no earlier evaluation to compare with. Comparing best with best
+    (not last with last) makes a noisy plateau count as flat and a single lucky evaluation not count as progress
+    beyond ``eps``."""
+    if len(losses) <= window:
+        return False
+    return min(losses[-window:]) > (1.0 - eps) * min(losses[:-window])
+
+
+class StopRule:
+    """Decides, after each held-out evaluation, whether to go on, drop the learning rate or stop.
+
+    A stage ends when its losses have ``flattened``; after the first ``drops`` stages the learning rate drops (the
+    training loop restores the best state first) and a new stage starts from the best loss so far, so the next
+    stage must beat that by ``eps`` within ``window`` evaluations to go on; the last stage's end is the stop.
+    Non-finite losses count as no progress."""
+
+    def __init__(self, window: int, eps: float, drops: int):
+        if window < 1 or not 0.0 <= eps < 1.0 or drops < 0:
+            raise ValueError(f"StopRule needs window >= 1, 0 <= eps < 1, drops >= 0 (got {window}, {eps}, {drops})")
+        self.window, self.eps, self.drops = window, eps, drops
+        self.stage, self.history = 0, []
+
+    def update(self, loss: float) -> str:
+        """'go', 'drop' or 'stop'."""
+        self.history.append(loss if math.isfinite(loss) else math.inf)
+        if not flattened(self.history, self.window, self.eps):
+            return "go"
+        if self.stage == self.drops:
+            return "stop"
+        self.stage += 1
+        self.history = [min(self.history)]
+        return "drop"
 
 
 @torch.no_grad()
@@ -310,154 +208,75 @@ def test_mse(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[float]:
 
 
 def train_one(name: str, seed: int, data: Data, args: argparse.Namespace) -> dict:
+    """Adam at --lr, the validation MSE every --eval-every steps, the StopRule's drops and stop, at most --max-steps
+    steps; the reported test MSE is the checkpoint with the lowest validation MSE."""
     torch.manual_seed(seed)  # the same initialisation at every correlation
     model = build_model(name, args)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    decay = {
-        "constant": lambda step: 1.0,
-        "linear": lambda step: 1.0 - step / args.steps,
-        "cosine": lambda step: 0.5 * (1.0 + math.cos(math.pi * step / args.steps)),
-        "tail": lambda step: min(1.0, 5.0 * (1.0 - step / args.steps)),  # constant, then linear to 0 over the last 20%
-    }[args.schedule]
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, decay)
-    checkpoints = {round(k * args.steps / args.curve_points) for k in range(1, args.curve_points)}
-    curve, train_loss = [], []
-    for step, (x, y) in zip(range(1, args.steps + 1), data.batches(args.batch), strict=False):
-        loss = ((model(x) - y) ** 2).mean(0).sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        train_loss.append(loss.item() / 2)
-        if step in checkpoints:
-            curve.append((step, statistics.fmean(test_mse(model, data.x_test, data.y_test))))
+    rule = StopRule(args.window, args.eps, args.lr_drops)
+    best_loss, best_step, best_state = math.inf, 0, copy.deepcopy((model.state_dict(), opt.state_dict()))
+    steps, val, drops, train_loss = [], [], [], []
+    batches, step, capped = data.batches(args.batch), 0, False
+    while True:
+        for x, y in islice(batches, args.eval_every):
+            loss = ((model(x) - y) ** 2).mean(0).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            train_loss.append(loss.item() / 2)
+        step += args.eval_every
+        v = statistics.fmean(test_mse(model, data.x_val, data.y_val))
+        steps.append(step)
+        val.append(v)
+        if v < best_loss:  # False for NaN: a diverged state is never kept
+            best_loss, best_step = v, step
+            best_state = copy.deepcopy((model.state_dict(), opt.state_dict()))
+        decision = rule.update(v)
+        if decision == "stop":
+            break
+        if step >= args.max_steps:
+            capped = True
+            break
+        if decision == "drop":
+            model.load_state_dict(best_state[0])
+            opt.load_state_dict(best_state[1])  # also brings back the lr of the best state's stage: set it anew
+            drops.append(step)
+            for group in opt.param_groups:
+                group["lr"] = args.lr * args.lr_factor ** len(drops)
+    model.load_state_dict(best_state[0])
     per_task = test_mse(model, data.x_test, data.y_test)
-    curve.append((args.steps, statistics.fmean(per_task)))
-    tail = train_loss[-max(1, args.steps // 20) :]
-    return {"test_mse": per_task, "train_mse_tail": statistics.fmean(tail), "curve": curve}
-
-
-def n_params(name: str, args: argparse.Namespace) -> dict:
-    model = build_model(name, args)
-    experts = sum(p.numel() for m in model.modules() if isinstance(m, ExpertGroup) for p in m.parameters())
-    towers = sum(p.numel() for p in model.towers.parameters())
-    total = sum(p.numel() for p in model.parameters())
-    return {"experts": experts, "towers": towers, "gates": total - experts - towers, "total": total}
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Reporting
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def machine() -> dict:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        lines = []
-    models = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    flags = next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith("flags")), set())
     return {
-        "cpu": models[0] if models else platform.processor() or platform.machine(),
-        "avx512": sorted(f for f in flags if f.startswith("avx512")) or False,
-        "logical_cpus": len(models) or None,
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
+        "loss": statistics.fmean(per_task),
+        "test_mse": per_task,
+        "best_step": best_step,
+        "best_val_mse": best_loss,
+        "stopped_at": step,
+        "capped": capped,
+        "lr_drops": drops,
+        "train_mse_tail": statistics.fmean(train_loss[-args.eval_every :]),
+        "steps": steps,
+        "val_mse": val,
     }
 
 
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def fmt(values: list[float]) -> str:
-    m, s = mean_std(values)
-    return f"{m:.4f} ± {s:.4f}"
-
-
-def summarise(runs: dict, models: list[str], corrs: list[float], seeds: list[int]) -> list[dict]:
-    rows = []
-    for name in models:
-        for p in corrs:
-            per_seed = [runs[name, p, s] for s in seeds]
-            avg = [statistics.fmean(r["test_mse"]) for r in per_seed]
-            m, sd = mean_std(avg)
-            row = {
-                "model": name,
-                "correlation": p,
-                "seeds": len(seeds),
-                "loss_mean": m,
-                "loss_std": sd,
-                "loss_task1_mean": mean_std([r["test_mse"][0] for r in per_seed])[0],
-                "loss_task1_std": mean_std([r["test_mse"][0] for r in per_seed])[1],
-                "loss_task2_mean": mean_std([r["test_mse"][1] for r in per_seed])[0],
-                "loss_task2_std": mean_std([r["test_mse"][1] for r in per_seed])[1],
-                "train_loss_mean": statistics.fmean(r["train_mse_tail"] for r in per_seed),
-                "per_seed": {str(s): r for s, r in zip(seeds, per_seed, strict=True)},
-            }
-            top = max(corrs)
-            if p != top:  # paired by seed: the same data, initialisation and batches at both correlations
-                base = [statistics.fmean(runs[name, top, s]["test_mse"]) for s in seeds]
-                diffs = [a - b for a, b in zip(avg, base, strict=True)]
-                ratios = [a / b for a, b in zip(avg, base, strict=True)]
-                row[f"increase_vs_{top}_mean"], row[f"increase_vs_{top}_std"] = mean_std(diffs)
-                row[f"ratio_vs_{top}_mean"], row[f"ratio_vs_{top}_std"] = mean_std(ratios)
-            rows.append(row)
-    return rows
-
-
-def print_tables(rows: list[dict], models: list[str], corrs: list[float]) -> None:
-    by = {(r["model"], r["correlation"]): r for r in rows}
-    head = "| model | " + " | ".join(f"p = {p}" for p in corrs) + " |"
-    sep = "| --- " * (len(corrs) + 1) + "|"
-
-    def table(title: str, cell) -> None:
-        print(f"\n{title}\n\n{head}\n{sep}")
-        for name in models:
-            print(f"| {name} | " + " | ".join(cell(by[name, p]) for p in corrs) + " |")
-
-    table(
-        "Held-out MSE, mean of the two tasks (mean ± std over seeds)",
-        lambda r: f"{r['loss_mean']:.4f} ± {r['loss_std']:.4f}",
-    )
-    top = max(corrs)
-    key = f"increase_vs_{top}"
-    table(
-        f"Increase over the same seed's loss at p = {top} (paired; mean ± std)",
-        lambda r: f"{r[key + '_mean']:+.4f} ± {r[key + '_std']:.4f}" if key + "_mean" in r else "-",
-    )
-    table(
-        f"Ratio to the same seed's loss at p = {top} (paired; mean ± std)",
-        lambda r: f"{r[f'ratio_vs_{top}_mean']:.2f} ± {r[f'ratio_vs_{top}_std']:.2f}" if key + "_mean" in r else "-",
-    )
-    for k in (1, 2):
-        table(
-            f"Task {k} held-out MSE (mean ± std)",
-            lambda r, k=k: f"{r[f'loss_task{k}_mean']:.4f} ± {r[f'loss_task{k}_std']:.4f}",
-        )
-
-
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, default=5, help="number of seeds (0 .. N-1)")
-    ap.add_argument("--steps", type=int, default=1200, help="training steps per run")
-    ap.add_argument("--correlations", default="1.0,0.9,0.5,0.0")
-    ap.add_argument("--models", default="mlp,mmoe,cgc,ple", help="from mlp, mmoe, cgc, ple, stl")
+    ap.add_argument("--seeds", type=int, default=5, help="number of seeds (--first-seed .. --first-seed + N - 1)")
+    ap.add_argument("--first-seed", type=int, default=0, help="first seed (run seeds in parts, then --merge them)")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="combine results files of other seeds into --out")
+    ap.add_argument("--correlations", default="1.0,0.0", help="task correlations p (the stored run: 1.0,0.0)")
+    ap.add_argument("--models", default="mlp,mmoe,cgc,ple,stl", help="from mlp, mmoe, cgc, ple, stl")
     ap.add_argument("--json", action="store_true", help="write the result file (--out)")
+    ap.add_argument("--table", action="store_true", help="print the markdown tables of --out and exit (no training)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "synthetic_correlation.json"))
-    ap.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (peak)")
-    ap.add_argument(
-        "--schedule", choices=["constant", "linear", "cosine", "tail"], default="tail", help="learning rate decay"
-    )
+    ap.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate of the first stage")
+    ap.add_argument("--max-steps", type=int, default=6_000, help="cap on the steps of one training (reported)")
+    ap.add_argument("--eval-every", type=int, default=100, help="steps between validation evaluations")
+    ap.add_argument("--window", type=int, default=10, help="evaluations without eps progress that end a stage")
+    ap.add_argument("--eps", type=float, default=0.01, help="relative improvement of the best loss that counts")
+    ap.add_argument("--lr-drops", type=int, default=1, help="stages after the first, each at lr x --lr-factor")
+    ap.add_argument("--lr-factor", type=float, default=0.1, help="learning rate factor at each drop")
+    ap.add_argument("--agree", type=float, default=1.0, help="share of seeds that must agree for a verdict")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--hidden", type=int, default=16, help="hidden units of each expert (mlp: 8x, stl: 4x per task)")
     ap.add_argument("--tower", type=int, default=8, help="hidden units of each task tower")
@@ -465,22 +284,40 @@ def main() -> None:
     ap.add_argument("--initial-shared-weight", type=float, default=0.7, help="the project's gate init (default 0.7)")
     ap.add_argument("--residual", action="store_true", help="levels as in the decoder: h + block(RMSNorm(h))")
     ap.add_argument("--train-size", type=int, default=0, help="fixed training set size; 0: fresh examples every step")
-    ap.add_argument("--test-size", type=int, default=10_000)
+    ap.add_argument("--val-size", type=int, default=2_000, help="validation examples the stop rule reads")
+    ap.add_argument("--test-size", type=int, default=10_000, help="test examples of the reported loss")
     ap.add_argument("--dim", type=int, default=100, help="input dimension d (= d_model)")
     ap.add_argument("--sines", type=int, default=10, help="m, the number of sine terms")
     ap.add_argument("--scale", type=float, default=1.0, help="c, the norm of w1 and w2")
     ap.add_argument("--noise-var", type=float, default=0.01, help="label noise variance")
-    ap.add_argument("--curve-points", type=int, default=6, help="held-out evaluations during a run")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 was faster for these tiny nets)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.max_steps < args.eval_every or args.eval_every < 1:
+        ap.error(f"--max-steps ({args.max_steps}) must be at least --eval-every ({args.eval_every}) >= 1")
+    StopRule(args.window, args.eps, args.lr_drops)  # validates them
+    if not 0.5 < args.agree <= 1.0:
+        ap.error(f"--agree must be in (0.5, 1] (got {args.agree}): more than half the seeds, so a verdict is one-sided")
+    return args
 
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.table:
+        print(tables(json.loads(Path(args.out).read_text())))
+        return
+    if args.merge:
+        result = merge([json.loads(Path(f).read_text()) for f in args.merge])
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(tables(result) + f"\nwrote {args.out}")
+        return
     torch.set_num_threads(args.threads)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     corrs = [float(c) for c in args.correlations.split(",")]
-    seeds = list(range(args.seeds))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     params = {name: n_params(name, args) for name in models}
+    commit = git_commit()  # the code that runs, not whatever is checked out when it ends
 
-    start, runs, label_corr, label_var = time.perf_counter(), {}, {}, {}
+    start, cpu0, runs, label_corr, label_var = time.perf_counter(), time.process_time(), {}, {}, {}
     for seed in seeds:
         seed_data = SeedData(seed, args)
         for p in corrs:
@@ -489,38 +326,30 @@ def main() -> None:
             label_corr[p, seed] = torch.corrcoef(y.T)[0, 1].item()
             label_var[p, seed] = y.var(0).mean().item()
             for name in models:
-                runs[name, p, seed] = train_one(name, seed, data, args)
-        print(f"seed {seed} done, {time.perf_counter() - start:.0f} s", flush=True)
-    wall = time.perf_counter() - start
+                t = time.process_time()
+                runs[name, p, seed] = {**train_one(name, seed, data, args), "cpu_s": round(time.process_time() - t, 2)}
+        print(
+            f"seed {seed} done, {time.perf_counter() - start:.0f} s, {time.process_time() - cpu0:.0f} CPU-s", flush=True
+        )
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
 
-    rows = summarise(runs, models, corrs, seeds)
-    print_tables(rows, models, corrs)
-    print(
-        "\nLabel Pearson correlation (test set, mean over seeds): "
-        + ", ".join(f"p = {p}: {statistics.fmean(label_corr[p, s] for s in seeds):.3f}" for p in corrs)
-    )
-    variance = statistics.fmean(label_var.values())
-    print(f"Label variance (mean of the two tasks): {variance:.3f}; noise floor {args.noise_var}")
+    result = {
+        "benchmark": "synthetic_correlation",
+        "results": summarise(runs, models, corrs, seeds),
+        "label_pearson": {str(p): [label_corr[p, s] for s in seeds] for p in corrs},
+        "label_variance": statistics.fmean(label_var.values()),
+        "parameters": params,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "out", "table", "merge")},
+        "machine": machine(),
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "commit": commit,
+    }
+    result["comparisons"] = compare(result["results"], models, corrs, args.agree)
+    print(tables(result))
     print("Parameters: " + ", ".join(f"{n} {params[n]['total']:,} (experts {params[n]['experts']:,})" for n in models))
-    mach = machine()
-    print(
-        f"Machine: {mach['cpu']}, AVX-512: {'yes' if mach['avx512'] else 'no'}, torch {mach['torch']}, "
-        f"{mach['torch_threads']} thread(s); wall time {wall:.0f} s"
-    )
-
     if args.json:
-        result = {
-            "benchmark": "synthetic_correlation",
-            "results": rows,
-            "label_pearson": {str(p): [label_corr[p, s] for s in seeds] for p in corrs},
-            "label_variance": variance,
-            "parameters": params,
-            "settings": {k: v for k, v in vars(args).items() if k not in ("json", "out")},
-            "machine": mach,
-            "wall_s": round(wall, 1),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-            "commit": git_commit(),
-        }
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")
 
