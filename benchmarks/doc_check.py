@@ -33,8 +33,8 @@ REPO = doc_sources.REPO
 
 
 def doc_files() -> list[Path]:
-    """README.md and every page of docs/."""
-    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    """README.md, every page of docs/ and benchmarks/README.md."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md"]
 
 
 BLOCK = re.compile(

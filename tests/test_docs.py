@@ -27,7 +27,7 @@ from mtl_decoder.cli import build_parser
 from mtl_decoder.config import ExperimentConfig, TaskConfig
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md"]
 
 
 sys.path.insert(0, str(REPO / "benchmarks"))  # the benchmark scripts import each other as top-level modules
