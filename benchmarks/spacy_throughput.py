@@ -22,10 +22,10 @@ same (the CRF's Viterbi runs over every tag whatever the scores).
 spaCy: spaCy 3.8, one pipeline, a blank English model with a shared CNN tok2vec (MultiHashEmbed of NORM, PREFIX,
 SUFFIX and SHAPE, MaxoutWindowEncoder, width 96, depth 4: spaCy's default CNN, no vectors) read by ``ner``
 (TransitionBasedParser, hidden 64) and ``textcat`` (TextCatReduce, mean and max pooling, over the same tok2vec)
--- the architecture of the peer in ../shared/NOTES.md, whose quality is quoted beside ours. Initialised on 50
-test sentences (NER labels, two sentiment labels), untrained: its work per word does not depend on the weights
-either (one transition per word whatever the scores). --spacy-width 256 --spacy-depth 8 gives spaCy's "accuracy"
-CNN instead.
+-- the architecture of the peer (benchmarks/peers/spacy_pipeline.py), whose quality is quoted beside ours.
+Initialised on 50 test sentences (NER labels, two sentiment labels), untrained: its work per word does not depend
+on the weights either (one transition per word whatever the scores). --spacy-width 256 --spacy-depth 8 gives
+spaCy's "accuracy" CNN instead.
 
 Threads: "1 thread" is torch.set_num_threads(1) and one Predictor worker (ours), and spaCy's single process
 (n_process=1; thinc runs its matmuls in blis, which is single-threaded here -- the worker reports which of its
@@ -42,6 +42,9 @@ which it does not reach), as a measurement only. --trunk-sentences times the pre
 with --trunk-model, by default benchmarks/runs/smollm2_frozen_ple/best when it exists, else built untrained from
 the config) with its state cache in a temporary folder, emptied before each measurement, so that every sentence
 runs through the trunk, as a new text does at prediction.
+
+The parts: bench_timing.py (the input, the timer, the machine), spacy_worker.py (spaCy's pipeline, its worker and
+the process that runs it), bench_models.py (our models and the timer of our prediction); this file runs them.
 """
 
 from __future__ import annotations
@@ -49,437 +52,35 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SPACY_PYTHON = REPO.parent / "scratch" / "spacy-venv" / "bin" / "python"
-BUSY_SHARE = 0.1
-"""A thread 'did the work' when it took at least this share of its process's CPU time during a measurement."""
-
-
-# ---------------------------------------------------------------------------------------------- both sides
-
-
-def default_data_root() -> Path:
-    """../shared/data beside the checkout (or beside the folder of worktrees that holds it)."""
-    for root in (REPO.parent, REPO.parent.parent):
-        if (root / "shared" / "data").is_dir():
-            return root / "shared" / "data"
-    return REPO.parent / "shared" / "data"
-
-
-def read_sentences(data_root: Path, count: int) -> list[list[str]]:
-    """The first ``count`` CoNLL-2003 test token lists (0: all)."""
-    with open(data_root / "conll2003" / "test.jsonl", encoding="utf-8") as f:
-        items = [json.loads(line)["tokens"] for line in f if line.strip()]
-    return items[:count] if count else items
-
-
-def thread_ticks() -> dict[str, int]:
-    """CPU clock ticks (user + system) of each thread of this process (Linux; empty elsewhere)."""
-    ticks = {}
-    try:
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            ticks[tid] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    except OSError:
-        return {}
-    return ticks
-
-
-class ThreadSampler:
-    """The CPU ticks each thread of this process used while it ran, sampled every ``every`` seconds (threads that
-    start and end within a measurement, such as the Predictor's workers, are seen up to their last sample)."""
-
-    def __init__(self, every: float = 0.05):
-        import threading
-
-        self.every, self.stop = every, threading.Event()
-        self.first, self.last = thread_ticks(), {}
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        while not self.stop.wait(self.every):
-            self.last.update(thread_ticks())
-
-    def finish(self) -> dict[str, int]:
-        self.stop.set()
-        self.thread.join()
-        self.last.update(thread_ticks())
-        me = str(self.thread.native_id)
-        return {tid: t - self.first.get(tid, 0) for tid, t in self.last.items() if tid != me}
-
-
-def timed(fn) -> dict:
-    """Run ``fn`` (-> words) and measure wall time, process CPU time and the threads that did the work."""
-    sampler = ThreadSampler()
-    cpu, start = time.process_time(), time.perf_counter()
-    words = fn()
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    used = sampler.finish()
-    total = sum(used.values())
-    return {
-        "words": words,
-        "seconds": round(wall, 3),
-        "cpu_seconds": round(cpu, 3),
-        "words_per_s": round(words / wall, 1),
-        "words_per_cpu_s": round(words / cpu, 1) if cpu > 0 else None,
-        "busy_threads": sum(1 for v in used.values() if total and v >= BUSY_SHARE * total),
-    }
-
-
-# ---------------------------------------------------------------------------------------------- spaCy (worker)
-
-SPACY_CONFIG = """
-[nlp]
-lang = "en"
-pipeline = ["tok2vec", "ner", "textcat"]
-
-[components]
-
-[components.tok2vec]
-factory = "tok2vec"
-
-[components.tok2vec.model]
-@architectures = "spacy.Tok2Vec.v2"
-
-[components.tok2vec.model.embed]
-@architectures = "spacy.MultiHashEmbed.v2"
-width = {width}
-attrs = ["NORM", "PREFIX", "SUFFIX", "SHAPE"]
-rows = [5000, 1000, 2500, 2500]
-include_static_vectors = false
-
-[components.tok2vec.model.encode]
-@architectures = "spacy.MaxoutWindowEncoder.v2"
-width = {width}
-depth = {depth}
-window_size = 1
-maxout_pieces = 3
-
-[components.ner]
-factory = "ner"
-
-[components.ner.model]
-@architectures = "spacy.TransitionBasedParser.v2"
-state_type = "ner"
-extra_state_tokens = false
-hidden_width = 64
-maxout_pieces = 2
-use_upper = true
-
-[components.ner.model.tok2vec]
-@architectures = "spacy.Tok2VecListener.v1"
-width = {width}
-upstream = "*"
-
-[components.textcat]
-factory = "textcat"
-
-[components.textcat.model]
-@architectures = "spacy.TextCatReduce.v1"
-exclusive_classes = true
-use_reduce_first = false
-use_reduce_last = false
-use_reduce_max = true
-use_reduce_mean = true
-
-[components.textcat.model.tok2vec]
-@architectures = "spacy.Tok2VecListener.v1"
-width = {width}
-upstream = "*"
-"""
-
-
-def bio_spans(tags: list[str]) -> list[tuple[int, int, str]]:
-    """(start, end, label) word spans of IOB/BIO tags."""
-    spans, start, label = [], None, None
-    for i, tag in enumerate([*tags, "O"]):
-        if tag == "O" or tag.startswith("B-") or tag[2:] != label:
-            if start is not None:
-                spans.append((start, i, label))
-            start, label = (i, tag[2:]) if tag != "O" else (None, None)
-    return spans
-
-
-def spacy_worker(options: dict) -> None:
-    """Build the pipeline, say 'ready' (one JSON line), then time ``nlp.pipe`` over the sentences on every 'run'."""
-    import spacy
-    from spacy.tokens import Doc
-    from spacy.training import Example
-    from thinc.api import Config
-
-    config = Config().from_str(SPACY_CONFIG.format(width=options["width"], depth=options["depth"]))
-    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
-    data_root = Path(options["data_root"])
-    with open(data_root / "conll2003" / "test.jsonl", encoding="utf-8") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    examples = []
-    for k, record in enumerate(records[:50]):
-        reference = Doc(nlp.vocab, words=record["tokens"])
-        reference.ents = [
-            spacy.tokens.Span(reference, s, e, label=label) for s, e, label in bio_spans(record["ner_tags"])
-        ]
-        reference.cats = {"positive": float(k % 2), "negative": float(1 - k % 2)}
-        examples.append(Example(Doc(nlp.vocab, words=record["tokens"]), reference))
-    nlp.initialize(lambda: examples)
-    items = read_sentences(data_root, options["sentences"])
-
-    def run(sentences: list[list[str]]) -> int:
-        docs = list(nlp.pipe(Doc(nlp.vocab, words=words) for words in sentences))
-        assert all(d.cats for d in docs)
-        return sum(len(d) for d in docs)
-
-    run(items[:300])  # warm-up
-    macs = 0  # multiply-adds per token, from the weight shapes of every layer that multiplies (not the lookups)
-    for name in nlp.pipe_names:
-        for node in nlp.get_pipe(name).model.walk():
-            if node.has_param("W") and node.name != "hashembed":
-                macs += int(node.get_param("W").size)
-    info = {
-        "ready": True,
-        "spacy": spacy.__version__,
-        "pipeline": nlp.pipe_names,
-        "ner_moves": nlp.get_pipe("ner").moves.n_moves,
-        "textcat_labels": list(nlp.get_pipe("textcat").labels),
-        "mflop_per_word_estimate": round(2 * macs / 1e6, 2),
-        "blas": _blas_threads(),
-    }
-    print(json.dumps(info), flush=True)
-    for line in sys.stdin:
-        if line.strip() != "run":
-            break
-        print(json.dumps(timed(lambda: run(items))), flush=True)
-
-
-def _blas_threads() -> list[dict]:
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return []
-    return [{k: pool.get(k) for k in ("internal_api", "num_threads")} for pool in threadpool_info()]
-
-
-class SpacyProcess:
-    """The spaCy worker, started from spaCy's own virtual environment."""
-
-    def __init__(self, python: Path, options: dict):
-        if not Path(python).exists():
-            raise SystemExit(
-                f"{python}: no spaCy interpreter; create one with\n  python -m venv {Path(python).parents[1]} && "
-                f'{Path(python).parent}/pip install "spacy==3.8.*"\nor pass --spacy-python'
-            )
-        self.proc = subprocess.Popen(
-            [str(python), __file__, "--spacy-worker", json.dumps(options)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.info = self._answer()
-
-    def _answer(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"the spaCy worker stopped (exit status {self.proc.wait()})")
-        return json.loads(line)
-
-    def run(self) -> dict:
-        self.proc.stdin.write("run\n")
-        self.proc.stdin.flush()
-        return self._answer()
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
-# ---------------------------------------------------------------------------------------------- ours
-
-
-def untrained_model(config_path: Path, data_root: Path, overrides: list[str] = ()):
-    """The model of ``config_path``, untrained, with its tokenizer: the config's own (trained on CoNLL-2003 and
-    SST-2 train) or a pretrained trunk's."""
-    import torch
-
-    from mtl_decoder.config import load_config
-    from mtl_decoder.data.iob import sort_tag_labels
-    from mtl_decoder.data.tokenization import TextEncoder, train_tokenizer
-    from mtl_decoder.model import build_model
-    from mtl_decoder.saved import SavedModel
-
-    config = load_config(config_path, list(overrides))
-    tags: set[str] = {"O"}
-    with open(data_root / "conll2003" / "train.jsonl", encoding="utf-8") as f:
-        train: list = [json.loads(line) for line in f]
-    tags.update(t for record in train for t in record["ner_tags"])
-    if config.model.trunk.enabled:
-        from mtl_decoder.model.pretrained.hub import load_tokenizer
-
-        tokenizer = load_tokenizer(config.model.trunk)
-    else:
-        with open(data_root / "sst2" / "train.jsonl", encoding="utf-8") as f:
-            texts = [r["tokens"] for r in train] + [json.loads(line)["text"] for line in f]
-        tokenizer = train_tokenizer(texts, config.tokenizer)
-    encoder = TextEncoder.for_model(tokenizer, config.model, config.data.max_length)
-    label_sets = {
-        name: list(task.labels) if task.labels else sort_tag_labels(tags) for name, task in config.tasks.items()
-    }
-    torch.manual_seed(0)
-    model = build_model(config, label_sets, encoder).eval()
-    return SavedModel(model, encoder, config, label_sets, Path(f"untrained:{config_path.name}"))
-
-
-def int8_linear(saved):
-    """A copy of ``saved`` with torch's dynamic int8 quantisation on every nn.Linear a forward pass calls as a
-    module (attention projections, task heads); the gates read their weights directly and stay float32."""
-    import copy
-    import warnings
-
-    import torch
-
-    model = copy.deepcopy(saved.model)
-    names = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and not n.endswith(".proj")}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization is deprecated in favour of torchao
-        model = torch.ao.quantization.quantize_dynamic(model, names, dtype=torch.qint8)
-    return type(saved)(model, saved.encoder, saved.config, saved.label_sets, saved.directory), sorted(names)
-
-
-def ours(saved, items: list[list[str]], threads: int, precision: str = "fp32", batch_size: int = 64):
-    """A function timing ``predict_texts`` on ``items`` with ``threads`` torch threads (1: one worker)."""
-    import torch
-
-    from mtl_decoder.prediction import predict_texts
-
-    def run() -> int:
-        torch.set_num_threads(threads)
-        os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
-        preds = list(
-            predict_texts(saved, items, batch_size=batch_size, precision=precision, workers=1 if threads == 1 else None)
-        )
-        return sum(next(len(v["tags"]) for v in p.values() if "tags" in v) for p in preds)  # words tagged
-
-    return run
-
-
-def words_of(items: list[list[str]]) -> int:
-    return sum(len(words) for words in items)
-
-
-def flops_per_word(saved, items: list[list[str]]) -> float:
-    """MFLOP per word of ``saved`` on ``items`` at batch size 64, as the torch profiler counts them (matrix
-    products; attention's own kernel is not counted)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.set_num_threads(1)
-    run = ours(saved, items, 1)
-    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
-        run()
-    return sum(e.flops for e in prof.key_averages()) / words_of(items) / 1e6
-
-
-def profile_table(saved, items: list[list[str]], rows: int = 12) -> list[dict]:
-    """Where a 1-thread prediction pass over ``items`` spends its time: the top operators by self CPU time."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.set_num_threads(1)
-    run = ours(saved, items, 1)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        run()
-    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
-    total = sum(e.self_cpu_time_total for e in events)
-    return [{"op": e.key, "share": round(e.self_cpu_time_total / total, 3), "calls": e.count} for e in events[:rows]]
-
-
-def trunk_model(args: argparse.Namespace, data_root: Path, cache_root: Path):
-    """The pretrained-trunk model (trained folder or untrained from the config) and a function that empties its
-    state cache, so that every sentence runs through the trunk."""
-    from mtl_decoder.model.pretrained.frozen import StateCache
-
-    os.environ["MTL_DECODER_CACHE"] = str(cache_root)  # never the user's cache: timing only
-    trained = Path(args.trunk_model) if args.trunk_model else REPO / "benchmarks/runs/smollm2_frozen_ple/best"
-    if trained.is_dir():
-        from mtl_decoder.saved import load_model
-
-        saved, source = load_model(trained, "cpu"), f"{trained} (trained)"
-    else:
-        config = REPO / "configs/bench/smollm2_frozen.yaml"
-        saved = untrained_model(config, data_root, [f"model.trunk.cache_dir={cache_root}"])
-        source = "configs/bench/smollm2_frozen.yaml model section, untrained (no trained folder yet)"
-
-    def reset() -> None:
-        saved.model.states.cache = StateCache(None)
-
-    return saved, source, reset
-
-
-# ---------------------------------------------------------------------------------------------- the run
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            info = f.read()
-    except OSError:
-        return platform.processor()
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    family = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("cpu family")), "")
-    number = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model\t")), "")
-    isa = ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx_vnni") if f in flags)
-    return f"{model} (family {family}, model {number}), {os.cpu_count()} cores, {isa or 'no AVX2'}"
-
-
-def median_of(rows: list[dict], key: str) -> float:
-    return round(statistics.median(r[key] for r in rows), 1)
-
-
-SIZE_VARIANTS = {
-    "ffn=mlp (one route, no experts)": ["model.ffn=mlp"],
-    "mlp, d_model 128, 2 layers": ["model.ffn=mlp", "model.d_model=128", "model.n_layers=2"],
-    "mlp, d_model 96, 2 layers": ["model.ffn=mlp", "model.d_model=96", "model.n_layers=2"],
-    "mlp, d_model 96, 2 layers, no char CNN, no hashed words": [
-        "model.ffn=mlp",
-        "model.d_model=96",
-        "model.n_layers=2",
-        "model.char_embedding=0",
-        "model.word_hash_buckets=0",
-    ],
-}
-"""Smaller models than the benchmark's (overrides of configs/bench/ple.yaml), timed untrained with --variants:
-what a model that matches spaCy's speed would have to give up. Their quality is not measured here."""
-
-
-def size_variants(bench, data_root: Path, items: list[list[str]]) -> list[dict]:
-    """Each SIZE_VARIANTS model (untrained) at 1 thread on ``items``, twice, beside the benchmark model."""
-    out = []
-    for name, overrides in {"configs/bench/ple.yaml": None, **SIZE_VARIANTS}.items():
-        saved = bench if overrides is None else untrained_model(REPO / "configs/bench/ple.yaml", data_root, overrides)
-        run = ours(saved, items, 1)
-        run()  # warm-up
-        runs = [timed(run) for _ in range(2)]
-        out.append(
-            {
-                "model": name,
-                "overrides": overrides or [],
-                "parameters": saved.model.num_parameters(),
-                "mflop_per_word": round(flops_per_word(saved, items[:300]), 2),
-                "words_per_s": statistics.median(r["words_per_s"] for r in runs),
-                "words_per_cpu_s": statistics.median(r["words_per_cpu_s"] for r in runs),
-            }
-        )
-        print(f"variant {out[-1]}", file=sys.stderr)
-    return out
+# The helpers live beside this script, split by side; the names other benchmarks and tests import from here stay.
+from bench_models import (  # noqa: F401
+    SIZE_VARIANTS,
+    flops_per_word,
+    int8_linear,
+    ours,
+    profile_table,
+    size_variants,
+    trunk_model,
+    untrained_model,
+)
+from bench_timing import (  # noqa: F401
+    BUSY_SHARE,
+    REPO,
+    ThreadSampler,
+    cpu_name,
+    default_data_root,
+    median_of,
+    read_sentences,
+    thread_ticks,
+    timed,
+    words_of,
+)
+from spacy_worker import DEFAULT_SPACY_PYTHON, SPACY_CONFIG, SpacyProcess, bio_spans, spacy_worker  # noqa: F401
 
 
 def spacy_peer_quality(path: Path = REPO / "benchmarks/results/peers.json") -> dict | None:
