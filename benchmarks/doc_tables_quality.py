@@ -1,0 +1,210 @@
+"""The quality tables of the docs (``doc_tables.TABLES``): the README's summary, distillation, the peers, and the
+validation / test tables of each group of quality runs."""
+
+from __future__ import annotations
+
+from doc_cells import Table, cpu, distill_runs, mean_test, metric, peer, run, throughput
+from doc_sources import DASH, fmt, lookup
+
+
+def summary_table() -> Table:
+    """README: the models a user chooses between, with the peers, quality and speed side by side."""
+    header = ["model", "CoNLL-2003 test F1", "SST-2 test acc", "words per CPU-second (1 thread)", "speed measured on"]
+    spacy_speed = "spacy_throughput.json"
+    sixteen = throughput("smollm2 16 blocks untrained fp32")
+    best = lookup("pretrained_throughput.json", "best")
+    rows = [
+        [
+            "`ple` on the frozen SmolLM2-135M trunk, 16 blocks, fp32 (speed: the same shape, untrained)",
+            fmt(metric("quality.json", "smollm2_frozen_ple", "test", "conll2003", "f1")),
+            fmt(metric("quality.json", "smollm2_frozen_ple", "test", "sst2", "accuracy")),
+            fmt(sixteen["words_per_cpu_s"], 0),
+            cpu(sixteen["cpu"]),
+        ],
+        [
+            f"`ple` on the frozen SmolLM2-135M trunk, {best['blocks']} blocks, `--precision {best['precision']}`",
+            fmt(best["conll2003_test_f1"]),
+            fmt(best["sst2_test_accuracy"]),
+            fmt(best["words_per_cpu_s"], 0),
+            cpu(best["cpu"]),
+        ],
+    ]
+    for name in distill_runs():
+        rows.append(
+            [
+                f"`{name}` (distilled student)",
+                fmt(metric("quality.json", name, "test", "conll2003", "f1")),
+                fmt(metric("quality.json", name, "test", "sst2", "accuracy")),
+                fmt(run(name, "words_per_cpu_s"), 0),
+                cpu(run(name, "cpu")),
+            ]
+        )
+    rows += [
+        [
+            "`ple` from scratch (`configs/bench/ple.yaml`)",
+            fmt(metric("quality_rerun.json", "ple", "test", "conll2003", "f1")),
+            fmt(metric("quality_rerun.json", "ple", "test", "sst2", "accuracy")),
+            fmt(lookup(spacy_speed, "summary.ours_1_thread.words_per_cpu_s"), 0),
+            cpu(lookup(spacy_speed, "cpu")),
+        ],
+        [
+            "peer: spaCy 3.8 CNN pipeline (ner + textcat)",
+            fmt(peer("spacy.conll2003.test_f1")),
+            fmt(peer("spacy.sst2.test_accuracy")),
+            fmt(lookup(spacy_speed, "summary.spacy_1_process.words_per_cpu_s"), 0),
+            cpu(lookup(spacy_speed, "cpu")),
+        ],
+        ["peer: feature CRF", fmt(peer("crf.conll2003.test_f1")), DASH, DASH, DASH],
+        ["peer: TF-IDF + logistic regression", DASH, fmt(peer("tfidf_lr.sst2.test_accuracy")), DASH, DASH],
+    ]
+    return header, rows
+
+
+def distill_table() -> Table:
+    """docs/distillation.md: every distillation row of quality.json with its teacher's settings."""
+    header = [
+        "run",
+        "CoNLL test F1",
+        "SST-2 test acc",
+        "words per CPU-second",
+        "transfer texts",
+        "soft",
+        "T",
+        "alpha",
+        "teacher minutes",
+        "CPU",
+    ]
+    rows = []
+    for name in distill_runs():
+        r = lookup("quality.json", f"runs.{name}")
+        rows.append(
+            [
+                f"`{name}`",
+                fmt(metric("quality.json", name, "test", "conll2003", "f1")),
+                fmt(metric("quality.json", name, "test", "sst2", "accuracy")),
+                fmt(r["words_per_cpu_s"], 0),
+                fmt(r["transfer_texts"], 0),
+                "yes" if r["soft"] else "no (hard labels)",
+                fmt(r["temperature"], 1),
+                fmt(r["alpha"], 2),
+                fmt(r["teacher_minutes"], 1),
+                cpu(r["cpu"]),
+            ]
+        )
+    return header, rows
+
+
+def quality_table(
+    file: str, names: list[str], tasks: tuple[tuple[str, str], ...], labels: list[str], gap: bool = False
+) -> Table:
+    """Validation and test of each task's primary metric, the test mean, minutes, parameters, peak memory."""
+    header = ["model"]
+    for label in labels:
+        header += [f"{label} val", f"{label} test"]
+    header += ["mean primary (test)"]
+    if gap:
+        header += ["CoNLL val − test (points)"]
+    header += ["train min", "params", "peak mem (GiB)", "CPU"]
+    rows = []
+    for name in names:
+        r = lookup(file, f"runs.{name}")
+        row = [f"`{name}`" + ("†" if r.get("resumed") else "")]
+        for task, key in tasks:
+            row += [fmt(metric(file, name, "validation", task, key)), fmt(metric(file, name, "test", task, key))]
+        row.append(fmt(mean_test(file, name, tasks)))
+        if gap:
+            val, test = (metric(file, name, s, "conll2003", "f1") for s in ("validation", "test"))
+            row.append(DASH if val is None else fmt(100 * (val - test), 1))
+        row += [
+            fmt(r["train_minutes"], 1),
+            f"{r['parameters'] / 1e6:.1f}M",
+            fmt(r["peak_memory_mb"] / 1024, 1),
+            cpu(r["cpu"]),
+        ]
+        rows.append(row)
+    return header, rows
+
+
+SCRATCH = [
+    "ple",
+    "cgc",
+    "mmoe",
+    "mlp",
+    "single_conll2003",
+    "single_sst2",
+    "ple_causal",
+    "ple_softmax",
+    "ple_subwords_only",
+    "ple_equal",
+]
+RERUN = ["ple", "cgc", "mmoe", "mlp", "single_conll2003", "single_sst2", "ple_linear_pos"]
+PRETRAINED = [
+    "smollm2_frozen_ple",
+    "smollm2_single_conll2003",
+    "smollm2_single_sst2",
+    "smollm2_b8_ple",
+    "smollm2_b4_ple",
+]
+PRETRAINED_ABLATIONS = [
+    "smollm2_conll_first_causal",
+    "smollm2_conll_last_causal",
+    "smollm2_conll_first_bidirectional",
+    "smollm2_conll_last_bidirectional",
+    "smollm2_conll_no_hashed_words",
+    "smollm2_conll_trunk_only",
+    "smollm2_single_conll2003_trunk_only",
+]
+
+
+def peers_table() -> Table:
+    """docs/benchmarks.md: the peers of peers.json on every task they were scored on."""
+    header = [
+        "peer",
+        "CoNLL-2003 val / test F1",
+        "SST-2 val / test acc",
+        "SemEval aspect test F1",
+        "SemEval polarity test acc (macro-F1)",
+        "train CPU-seconds (CoNLL-2003 / SST-2)",
+        "CPU",
+    ]
+
+    def pair(a: str, b: str) -> str:
+        return f"{fmt(peer(a))} / {fmt(peer(b))}"
+
+    rows = [
+        [
+            "feature CRF",
+            pair("crf.conll2003.validation_f1", "crf.conll2003.test_f1"),
+            DASH,
+            fmt(peer("crf.semeval14_aspect.test_f1")),
+            DASH,
+            f"{fmt(peer('crf.conll2003.train_cpu_s'), 0)} / {DASH}",
+            cpu(peer("crf.run.cpu")),
+        ],
+        [
+            "TF-IDF + logistic regression",
+            DASH,
+            pair("tfidf_lr.sst2.validation_accuracy", "tfidf_lr.sst2.test_accuracy"),
+            DASH,
+            f"{fmt(peer('tfidf_lr.semeval14_polarity.test_accuracy'))} "
+            f"({fmt(peer('tfidf_lr.semeval14_polarity.test_macro_f1'))})",
+            f"{DASH} / {fmt(peer('tfidf_lr.sst2.train_cpu_s'), 0)}",
+            cpu(peer("tfidf_lr.run.cpu")),
+        ],
+        [
+            "spaCy 3.8 CNN pipeline",
+            pair("spacy.conll2003.validation_f1", "spacy.conll2003.test_f1"),
+            pair("spacy.sst2.validation_accuracy", "spacy.sst2.test_accuracy"),
+            DASH,
+            DASH,
+            DASH
+            if peer("spacy.train_cpu_s") is None
+            else f"{fmt(peer('spacy.train_cpu_s'), 0)} (both tasks, one pipeline)",
+            cpu(peer("spacy.run.cpu")),
+        ],
+    ]
+    return header, rows
+
+
+def semeval_names(prefix: str) -> list[str]:
+    return [f"{prefix}semeval_ple", f"{prefix}semeval_single_aspect", f"{prefix}semeval_single_polarity"]
