@@ -11,10 +11,10 @@ counted in ``Prediction.untagged``, never silently left 'O'.
 
 Precision: fp32 by default; bf16 (or fp16, on GPUs) runs the model under autocast: matrix products and attention
 in half precision, while the residual stream, norms, gates, output probabilities and the CRF stay float32. Faster
-where the hardware has half-precision matrix units, and not bit-identical to fp32 (benchmarks/README.md measures
-how far apart they are). A frozen pretrained trunk always computes in its own dtype (autocast is switched off
-around it), so its cached states never depend on the precision. int8 quantises the Linear modules in place
-(``mtl_decoder.inference.quantize``).
+where the hardware has half-precision matrix units, and not bit-identical to fp32 (docs/prediction.md quotes how
+far apart they are, from benchmarks/results/precision_agreement.json). A frozen pretrained trunk always computes in
+its own dtype (autocast is switched off around it), so its cached states never depend on the precision. int8
+quantises the Linear modules in place (``mtl_decoder.inference.quantize``).
 
 A frozen trunk's state cache, at inference (``from_saved``): read from its folder, written only with
 ``cache_states``, at most ``INFERENCE_ENTRIES`` states in memory (``FrozenStates.for_inference``).
