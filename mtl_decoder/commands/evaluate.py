@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from mtl_decoder.commands.flags import add_precision_flag, add_state_cache_flags
+from mtl_decoder.commands.flags import add_max_tokens_flag, add_precision_flag, add_state_cache_flags
 from mtl_decoder.files import terminate_unwinds
 from mtl_decoder.processes import is_main_process
 
@@ -25,6 +25,7 @@ def run_evaluate(args: argparse.Namespace) -> None:
             precision=args.precision,
             cache_states=args.cache_states,
             cache_dir=args.cache_dir,
+            max_tokens=args.max_tokens,
         )
     if not is_main_process():  # under a launcher the main process reports for all
         return
@@ -61,5 +62,6 @@ def add_evaluate(sub) -> None:
     p.add_argument("--output", help="output directory (default: MODEL/eval-SPLIT)")
     p.add_argument("--batch-size", type=int, help="examples per batch")
     add_precision_flag(p)
+    add_max_tokens_flag(p)
     add_state_cache_flags(p)
     p.set_defaults(func=run_evaluate)

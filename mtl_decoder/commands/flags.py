@@ -1,4 +1,5 @@
-"""Flags several subcommands share, defined once: the precision and a frozen trunk's state cache."""
+"""Flags several subcommands share, defined once: the precision, the batches' token bound and a frozen trunk's state
+cache."""
 
 from __future__ import annotations
 
@@ -13,6 +14,20 @@ def add_precision_flag(p: argparse.ArgumentParser) -> None:
         help="fp32 (default), or the model under bf16 / fp16 autocast: faster on hardware with half-precision "
         "matrix units, close to but not identical to fp32; fp16 is for GPUs; int8: dynamic int8 Linear modules "
         "(native models and frozen trunks, the trunk's down_proj kept fp32), for CPUs",
+    )
+
+
+def add_max_tokens_flag(p: argparse.ArgumentParser) -> None:
+    from mtl_decoder.inference.predictor import MAX_TOKENS  # the defaults, stated where the Predictor applies them
+
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="padded sub-words a batch holds at most (its rows x its longest input), besides --batch-size rows, so "
+        f"that a few long texts do not pad a whole batch (default: {MAX_TOKENS['pretrained']} for a pretrained "
+        f"trunk, {MAX_TOKENS['native']} for a native model; 0: no token bound, rows only); predictions do not "
+        "depend on it beyond float rounding",
     )
 
 

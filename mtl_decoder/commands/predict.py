@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mtl_decoder.commands.flags import add_precision_flag, add_state_cache_flags
+from mtl_decoder.commands.flags import add_max_tokens_flag, add_precision_flag, add_state_cache_flags
 from mtl_decoder.errors import UserError
 from mtl_decoder.processes import is_main_process
 
@@ -56,6 +56,7 @@ def run_predict(args: argparse.Namespace) -> None:
         shard=args.shard,
         cache_states=args.cache_states,
         cache_dir=args.cache_dir,
+        max_tokens=args.max_tokens,
     )
     if not is_main_process():  # under a launcher the main process reports for all
         return
@@ -73,6 +74,7 @@ STREAM_IGNORES = {  # predict flag -> (its attribute, its default): what --strea
     "--text-column": ("text_column", "text"),
     "--cache-states": ("cache_states", False),
     "--cache-dir": ("cache_dir", None),
+    "--max-tokens": ("max_tokens", None),
 }
 
 
@@ -107,6 +109,7 @@ def add_predict(sub) -> None:
     )
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     add_precision_flag(p)
+    add_max_tokens_flag(p)
     p.add_argument(
         "--workers",
         type=int,

@@ -30,6 +30,7 @@ from mtl_decoder.evaluation.scoring import score_sources
 from mtl_decoder.evaluation.utilisation import COVERAGE, UtilisationTracker
 from mtl_decoder.files import atomic_write_text, check_writable_parent, staged_folder
 from mtl_decoder.inference import Predictor
+from mtl_decoder.inference.predictor import check_max_tokens
 from mtl_decoder.paths import check_outside_model
 from mtl_decoder.processes import Processes
 from mtl_decoder.saved import CONFIG_FILE, load_model
@@ -73,6 +74,7 @@ def evaluate(
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
+    max_tokens: int | None = None,
 ) -> EvalResult:
     """Evaluate the model in ``model_dir`` on ``split`` (the files the run's task files name for it).
 
@@ -86,6 +88,8 @@ def evaluate(
     ``cache_states``, ``cache_dir``: a frozen trunk's state cache (see Predictor.from_saved): read from its folder
     under ``cache_dir`` (default the model's), written only with ``cache_states``.
     ``progress``: a progress bar of examples on stderr (None: only when stderr is a terminal).
+    ``max_tokens``: a batch's padded sub-words at most (None: the model's default, Predictor.default_max_tokens;
+    0: rows only); the metrics do not depend on it beyond float rounding.
 
     Under a launcher (torchrun, accelerate launch) each process predicts its blocks of every source on its own
     device (``device`` is then each process's own); the predictions and the gate statistics are gathered, so the
@@ -96,6 +100,7 @@ def evaluate(
         raise UserError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)}){did_you_mean(split, SPLITS)}")
     if batch_size is not None and batch_size <= 0:
         raise UserError(f"--batch-size must be positive, got {batch_size}")
+    check_max_tokens(max_tokens, "--max-tokens")
     default = Path(model_dir) / f"eval-{split}"
     out_dir = Path(output_dir) if output_dir is not None else default
     if out_dir.exists() and not out_dir.is_dir():
@@ -119,7 +124,9 @@ def evaluate(
     for source in sources:
         check_labels(source, saved.label_sets, split)
     tracker = UtilisationTracker(saved.model, cfg.evaluation.position_buckets, cfg.evaluation.dead_expert_fraction)
-    predictor = Predictor.from_saved(saved, batch_size, precision, cache_states=cache_states, cache_dir=cache_dir)
+    predictor = Predictor.from_saved(
+        saved, batch_size, precision, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens
+    )
     distribute = processes.distribute(predictor.buffer) if processes.world > 1 else None
     show = (sys.stderr.isatty() if progress is None else progress) and processes.is_main
     total = sum(len(s.examples) for s in sources)
@@ -145,6 +152,7 @@ def evaluate(
             "ffn": cfg.model.ffn,
             "batch_size": batch_size or cfg.data.eval_batch_size,
             "precision": precision,
+            "max_tokens": predictor.max_tokens,
             "position_buckets": list(cfg.evaluation.position_buckets),
             "dead_expert_fraction": cfg.evaluation.dead_expert_fraction,
             "initial_shared_weight": cfg.model.initial_shared_weight,

@@ -67,6 +67,14 @@ rows only, 4 blocks, 1 thread: 1.48x on 500 sentences, 1.21x on 1,000 at 1024 (2
 CoNLL-2003 test sentences predicts 0.92x as fast at 1024, 1.02x at 2048."""
 
 
+def check_max_tokens(max_tokens: int | None, name: str = "max_tokens") -> int | None:
+    """``max_tokens`` if it is None (the model's default) or a whole number >= 0 (0: no token bound), else a
+    UserError naming it as ``name`` (the keyword, or the flag ``--max-tokens`` at a command's entry point)."""
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0):
+        raise UserError(f"{name} must be 0 (no token bound) or a positive number of sub-words, got {max_tokens!r}")
+    return max_tokens
+
+
 @dataclass
 class Prediction:
     words: list[str]
@@ -131,6 +139,7 @@ class Predictor:
         ``precision`` int8 quantises ``model`` in place (it stays int8)."""
         if workers is not None and workers < 1:
             raise UserError(f"workers must be at least 1, got {workers}")
+        check_max_tokens(max_tokens)  # before int8 quantises the model in place
         if encoder.word_token != model.cfg.word_token_position:  # tags would be read where the model never learned
             raise ValueError(
                 f"the encoder reads words at their {encoder.word_token} sub-word, the model at its "
@@ -141,8 +150,6 @@ class Predictor:
         self.device = next(model.parameters()).device
         self.autocast = autocast_dtype(precision, self.device)
         self.precision = _apply_precision(model, precision)
-        if max_tokens is not None and max_tokens < 0:
-            raise UserError(f"max_tokens must be 0 (no bound) or more, got {max_tokens}")
         self.batch_size, self.buffer = batch_size, batch_size * buffer_batches
         self.max_tokens = self.default_max_tokens if max_tokens is None else max_tokens
         self.kinds = {t.name: t.kind for t in model.tasks}
@@ -159,14 +166,23 @@ class Predictor:
         workers: int | None = None,
         cache_states: bool = False,
         cache_dir: str | Path | None = None,
+        max_tokens: int | None = None,
     ) -> Predictor:
         """A Predictor for a loaded model folder; ``batch_size`` defaults to the run's data.eval_batch_size (the size
-        training-time validation used, so ``evaluate`` reproduces it). A frozen trunk's state cache becomes an
-        inference one: its folder under ``cache_dir`` (default the saved model's model.trunk.cache_dir, else
-        $MTL_DECODER_CACHE/states, else ~/.cache/mtl-decoder/states) read, written only with ``cache_states``,
-        a bounded number of states in memory."""
+        training-time validation used, so ``evaluate`` reproduces it); ``max_tokens`` as in ``__init__``. A frozen
+        trunk's state cache becomes an inference one: its folder under ``cache_dir`` (default the saved model's
+        model.trunk.cache_dir, else $MTL_DECODER_CACHE/states, else ~/.cache/mtl-decoder/states) read, written only
+        with ``cache_states``, a bounded number of states in memory."""
         batch_size = batch_size or saved.config.data.eval_batch_size
-        predictor = cls(saved.model, saved.encoder, saved.label_sets, batch_size, precision=precision, workers=workers)
+        predictor = cls(
+            saved.model,
+            saved.encoder,
+            saved.label_sets,
+            batch_size,
+            precision=precision,
+            workers=workers,
+            max_tokens=max_tokens,
+        )
         saved.for_inference(cache_dir, write=cache_states)
         return predictor
 

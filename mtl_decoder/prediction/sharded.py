@@ -36,6 +36,7 @@ from tqdm import tqdm
 from mtl_decoder.errors import DataError, UserError
 from mtl_decoder.files import remove, stale_temporaries, terminate_unwinds
 from mtl_decoder.inference import Predictor
+from mtl_decoder.inference.predictor import check_max_tokens
 from mtl_decoder.prediction.common import (
     ON_ERROR,
     PredictSummary,
@@ -95,6 +96,7 @@ def predict_file_sharded(
     gate_table: str | Path | None = None,
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
+    max_tokens: int | None = None,
 ) -> PredictSummary:
     """``predict_file`` over the launcher's processes and/or as shard K/N (see the module doc). Every process
     returns the summary of the whole run (of the shard, with ``shard``), which the main process printed."""
@@ -105,7 +107,7 @@ def predict_file_sharded(
         def prepare():
             return _prepare(
                 processes, model, input, output, shard, tasks, fmt, text_column, batch_size, on_error, force, device,
-                precision, workers, gate_table, cache_states, cache_dir,
+                precision, workers, gate_table, cache_states, cache_dir, max_tokens,
             )  # fmt: skip
 
         reader, predictor, names, share, summary = _agree(processes, prepare)
@@ -146,12 +148,14 @@ def _prepare(
     gate_table: str | Path | None,
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
+    max_tokens: int | None = None,
 ) -> tuple[InputReader, Predictor, list[str], Share, PredictSummary]:
     """Everything checked and loaded before the first record is read, on every process (the targets on the main
     one, which alone writes)."""
     if on_error not in ON_ERROR:
         raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
     check_batch_size(batch_size)
+    check_max_tokens(max_tokens, "--max-tokens")
     k, n = parse_shard(shard) if shard is not None else (0, 1)
     reader = InputReader(input, fmt, text_column)
     output = Path(output)
@@ -166,7 +170,7 @@ def _prepare(
     saved = with_gate_table(load_saved(model, device), gate_table)
     names = resolve_tasks(saved, tasks)
     predictor = Predictor.from_saved(
-        saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir
+        saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens
     )
     share = Share(predictor.buffer, k, n, processes.rank, processes.world)
     errors_file = str(errors) if skip and shard is None else None  # a shard's skipped records are in its part
