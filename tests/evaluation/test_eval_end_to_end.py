@@ -284,3 +284,38 @@ def test_mlp_model_reports_no_experts(best: Path, tmp_path: Path):
     assert result.experts == {} and result.metrics["notes"] == [NO_GATES_NOTE]
     assert list((tmp_path / "out" / "plots").iterdir()) == []
     assert NO_GATES_NOTE in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_max_tokens_changes_the_batches_not_the_metrics(noisy: Path, tmp_path: Path, monkeypatch):
+    """evaluate --max-tokens 16 cuts the model's batches to 16 padded sub-words (a longer row alone) and gives the
+    metrics of the default batches, on the noisy model (which predicts entities and both classes)."""
+    from mtl_decoder.inference import Predictor
+
+    shapes, form = [], Predictor._batches
+
+    def spy(self, pieces):
+        batches = form(self, pieces)
+        shapes.extend((self.max_tokens, len(b), max(len(p.encoded.ids) for p in b)) for b in batches)
+        return batches
+
+    monkeypatch.setattr(Predictor, "_batches", spy)
+    assert main(["evaluate", "--model", str(noisy), "--output", str(tmp_path / "default")]) == 0
+    default, shapes[:] = shapes[:], []
+    assert main(["evaluate", "--model", str(noisy), "--max-tokens", "16", "--output", str(tmp_path / "small")]) == 0
+    small = shapes
+    assert {bound for bound, _, _ in default} == {2048} and {bound for bound, _, _ in small} == {16}
+    assert all(rows * longest <= 16 or rows == 1 for _, rows, longest in small)
+    assert len(small) > 2 * len(default)  # the fixtures' sentences, 8 sub-words or more: mostly one row apiece
+
+    want = json.loads((tmp_path / "default" / "metrics.json").read_text())
+    got = json.loads((tmp_path / "small" / "metrics.json").read_text())
+    assert got["tasks"] == want["tasks"] and got["summary"] == want["summary"]
+    assert (got["settings"]["max_tokens"], want["settings"]["max_tokens"]) == (16, 2048)
+    assert want["tasks"]["ner"]["support"] > 0 and want["tasks"]["ner"]["f1"] > 0  # not a vacuous comparison
+
+
+def test_negative_max_tokens_is_a_one_line_error_before_anything_is_written(best: Path, tmp_path: Path, capsys):
+    assert main(["evaluate", "--model", str(best), "--max-tokens", "-1", "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --max-tokens must be 0 (no token bound) or a positive number of sub-words, got -1"
+    assert list(tmp_path.iterdir()) == []

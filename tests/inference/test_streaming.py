@@ -154,7 +154,14 @@ def test_cli_streams_stdin_to_stdout_and_a_file_to_a_file(softmax_model, tmp_pat
 
 
 @pytest.mark.parametrize(
-    "flags", [["--precision", "bf16"], ["--batch-size", "8"], ["--workers", "2"], ["--on-error", "skip"]]
+    "flags",
+    [
+        ["--precision", "bf16"],
+        ["--batch-size", "8"],
+        ["--workers", "2"],
+        ["--on-error", "skip"],
+        ["--max-tokens", "16"],
+    ],
 )
 def test_cli_stream_refuses_the_flags_it_would_not_honour(softmax_model, tmp_path, capsys, flags):
     """--stream used to drop --precision, --batch-size and --workers without a word."""

@@ -4,6 +4,7 @@ are never half-written or silently overwritten."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from predict_testkit import (
@@ -19,7 +20,7 @@ from predict_testkit import (
 
 from mtl_decoder.cli import main
 from mtl_decoder.errors import DataError, UserError
-from mtl_decoder.prediction import predict_file
+from mtl_decoder.prediction import predict_file, predict_texts
 from mtl_decoder.saved import load_model
 
 KINDS = {"ner": "token_tagging", "sentiment": "sentence_classification"}
@@ -149,3 +150,76 @@ def test_cli_precision_flag(model_dir, tmp_path, capsys):
     assert "(bf16)" in capsys.readouterr().out and len(read_jsonl(tmp_path / "a.jsonl")) == len(texts())
     assert main([*argv, "--output", str(tmp_path / "b.jsonl"), "--precision", "fp16"]) == 2
     assert "fp16 is for GPUs" in capsys.readouterr().err and not (tmp_path / "b.jsonl").exists()
+
+
+# ------------------------------------------------------------------------------------------------ --max-tokens
+
+
+def _spy_batches(monkeypatch) -> list[tuple[int, list[tuple[int, int]]]]:
+    """Every batch the Predictor forms from here on, as (its max_tokens, [(rows, longest sub-word count)])."""
+    from mtl_decoder.inference import Predictor
+
+    seen = []
+    form = Predictor._batches
+
+    def spy(self, pieces):
+        batches = form(self, pieces)
+        seen.append((self.max_tokens, [(len(b), max(len(p.encoded.ids) for p in b)) for b in batches]))
+        return batches
+
+    monkeypatch.setattr(Predictor, "_batches", spy)
+    return seen
+
+
+def _mixed_records() -> list[dict]:
+    """The fixtures' test token lists and texts, of 2 to ~40 words: short and long ones in one buffer."""
+    fixtures = Path(__file__).parent.parent / "fixtures"
+    ner = [json.loads(line) for line in (fixtures / "ner_test.jsonl").read_text(encoding="utf-8").splitlines()]
+    texts_ = [json.loads(line) for line in (fixtures / "sentiment_test.jsonl").read_text(encoding="utf-8").splitlines()]
+    return [{"tokens": r["tokens"]} for r in ner] + [{"text": r["text"]} for r in texts_]
+
+
+def _without_probs(records: list[dict]) -> list[dict]:
+    return [{**r, "predictions": {**r["predictions"], "sentiment": {**r["predictions"]["sentiment"], "probs": None}}}
+            for r in records]  # fmt: skip
+
+
+def test_max_tokens_bounds_the_batches_and_leaves_the_predictions_alone(model_dir, tmp_path, monkeypatch, capsys):
+    source = write_jsonl(tmp_path / "in.jsonl", _mixed_records())
+    argv = ["predict", "--model", str(model_dir), "--input", str(source), "--workers", "1"]
+    seen, formed = _spy_batches(monkeypatch), {}
+    for flag in (None, "0", "16"):
+        out = tmp_path / f"out-{flag}.jsonl"
+        extra = [] if flag is None else ["--max-tokens", flag]
+        assert main([*argv, "--output", str(out), *extra]) == 0, capsys.readouterr().err
+        formed[flag] = seen[:]
+        seen.clear()
+    reference = read_jsonl(tmp_path / "out-None.jsonl")
+    assert len(reference) == len(_mixed_records())
+    for flag in ("0", "16"):  # the same file but for float32 rounding of the probabilities (other batch shapes)
+        assert _without_probs(read_jsonl(tmp_path / f"out-{flag}.jsonl")) == _without_probs(reference), flag
+        for got, want in zip(read_jsonl(tmp_path / f"out-{flag}.jsonl"), reference, strict=True):
+            probs = got["predictions"]["sentiment"]["probs"]
+            assert probs == pytest.approx(want["predictions"]["sentiment"]["probs"], abs=1e-6), flag
+
+    assert {bound for bound, _ in formed[None]} == {2048} and {bound for bound, _ in formed["0"]} == {0}
+    [(bound, small)] = formed["16"]  # one buffer of 40 records: one call
+    assert bound == 16
+    for rows, longest in small:  # 16 padded sub-words at most, unless one row alone is longer
+        assert rows * longest <= 16 or rows == 1, (rows, longest)
+    assert any(rows > 1 for rows, _ in small)  # the bound packs short rows together, not one row per batch
+    [(_, default)] = formed[None]
+    assert len(small) > len(default)
+    assert sum(rows for rows, _ in small) == sum(rows for rows, _ in default)  # the same pieces, cut finer
+
+
+def test_negative_max_tokens_is_a_one_line_error_and_writes_nothing(model_dir, tmp_path, capsys):
+    source, out = write_lines(tmp_path / "in.txt", texts()), tmp_path / "out.jsonl"
+    for extra in ([], ["--shard", "0/2"]):
+        argv = ["predict", "--model", str(model_dir), "--input", str(source), "--output", str(out), *extra]
+        assert main([*argv, "--max-tokens", "-1"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == "error: --max-tokens must be 0 (no token bound) or a positive number of sub-words, got -1"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]  # no output, no temporary file
+    with pytest.raises(UserError, match="max_tokens must be 0"):
+        predict_texts(model_dir, texts(), max_tokens=-3)

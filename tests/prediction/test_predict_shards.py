@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from predict_testkit import read_jsonl
+from predict_testkit import read_jsonl, same_predictions
 from test_predict_processes import PREDICT_CASES, write_inputs
 
 from mtl_decoder.cli import main
@@ -144,6 +144,39 @@ def test_cli_shard_and_merge(model_dir, inputs, tmp_path, capsys):
     stream = ["predict", "--stream", "--model", str(model_dir), "--input", source, "--output", "-", "--shard", "0/2"]
     assert main(stream) == 2
     assert "--stream reads one text in one process" in capsys.readouterr().err
+
+
+def test_every_shard_batches_within_max_tokens(model_dir, inputs, tmp_path, monkeypatch, capsys):
+    """--max-tokens reaches the Predictor a shard builds: each part's batches hold 16 padded sub-words at most (a
+    longer row alone), and the merged parts predict what one default run does."""
+    from mtl_decoder.inference import Predictor
+
+    source, shapes, form = str(inputs["jsonl"]), [], Predictor._batches
+
+    def spy(self, pieces):
+        batches = form(self, pieces)
+        shapes.extend((self.max_tokens, len(b), max(len(p.encoded.ids) for p in b)) for b in batches)
+        return batches
+
+    monkeypatch.setattr(Predictor, "_batches", spy)
+    whole = tmp_path / "whole.jsonl"
+    assert main(["predict", "--model", str(model_dir), "--input", source, "--output", str(whole)]) == 0
+    default, shapes[:] = shapes[:], []
+    for k in range(2):
+        argv = ["predict", "--model", str(model_dir), "--input", source, "--output", str(tmp_path / f"p{k}.jsonl"),
+                "--shard", f"{k}/2", "--max-tokens", "16"]  # fmt: skip
+        assert main(argv) == 0
+    assert {bound for bound, _, _ in shapes} == {16} and {bound for bound, _, _ in default} == {2048}
+    assert all(rows * longest <= 16 or rows == 1 for _, rows, longest in shapes)
+    assert sum(rows for _, rows, _ in shapes) == sum(rows for _, rows, _ in default)  # the same pieces (windows)
+    assert len(shapes) > len(default) and any(rows > 1 for _, rows, _ in shapes)
+    merged = tmp_path / "merged.jsonl"
+    assert main(["merge-predictions", str(merged), str(tmp_path / "p0.jsonl"), str(tmp_path / "p1.jsonl")]) == 0
+    capsys.readouterr()
+    got, want = read_jsonl(merged), read_jsonl(whole)
+    assert [r["tokens"] for r in got] == [r["tokens"] for r in want]
+    kinds = {"ner": "token_tagging", "sentiment": "sentence_classification"}
+    assert all(same_predictions(a["predictions"], b["predictions"], kinds) for a, b in zip(got, want, strict=True))
 
 
 def test_the_merge_is_reachable_from_the_package():
