@@ -55,6 +55,9 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         "the bench-size student on the teacher's hard labels (argmax) instead of its distributions",
     ),
     "distill_small_hard": ("ple.yaml", [*SMALL, "distill.soft=false"], "the small student on the hard labels"),
+    # the temperature around its default (2), alpha 0.5: what distill.temperature's default rests on
+    "distill_small_t1": ("ple.yaml", [*SMALL, "distill.temperature=1"], "the small student at temperature 1"),
+    "distill_small_t4": ("ple.yaml", [*SMALL, "distill.temperature=4"], "the small student at temperature 4"),
 }
 TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train"}
 """Rows whose transfer set is the training texts alone (no --unlabelled)."""
