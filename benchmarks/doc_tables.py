@@ -27,6 +27,7 @@ from doc_cells import (  # noqa: F401
 from doc_tables_quality import (
     PRETRAINED,
     PRETRAINED_ABLATIONS,
+    PRETRAINED_DEFAULT,
     RERUN,
     SCRATCH,
     distill_table,
@@ -56,6 +57,12 @@ TABLES: dict[str, Callable[[], Table]] = {
     "pretrained": lambda: quality_table("quality.json", PRETRAINED, CONLL_SST2, ["CoNLL F1", "SST-2 acc"], gap=True),
     "pretrained_semeval": lambda: quality_table(
         "quality.json", semeval_names("smollm2_"), SEMEVAL, ["aspect F1", "polarity acc"]
+    ),
+    "pretrained_default": lambda: quality_table(
+        "quality.json", PRETRAINED_DEFAULT, CONLL_SST2, ["CoNLL F1", "SST-2 acc"], gap=True
+    ),
+    "pretrained_default_semeval": lambda: quality_table(
+        "quality.json", semeval_names("smollm2_default_"), SEMEVAL, ["aspect F1", "polarity acc"]
     ),
     "pretrained_ablations": lambda: quality_table(
         "quality.json", PRETRAINED_ABLATIONS, (("conll2003", "f1"),), ["CoNLL F1"], gap=True

@@ -16,11 +16,16 @@ def blocks_table() -> Table:
         "SST-2 test acc, fp32 / int8",
         "CPU",
     ]
-    names = {16: "smollm2 16 blocks untrained", 8: "smollm2_blocks8_ple/best", 4: "smollm2_b4_ple/best"}
+    names = {
+        "24, blocks 8/16/24 mixed": "smollm2_default_ple/best",
+        "16": "smollm2 16 blocks untrained",
+        "8": "smollm2_blocks8_ple/best",
+        "4": "smollm2_b4_ple/best",
+    }
     rows = []
     for blocks, name in names.items():
         a, b = throughput(f"{name} fp32"), throughput(f"{name} int8")
-        if blocks == 16:  # the speed of an untrained model of the trained one's shape; quality from quality.json
+        if blocks == "16":  # the speed of an untrained model of the trained one's shape; quality from quality.json
             conll = f"{fmt(metric('quality.json', 'smollm2_frozen_ple', 'test', 'conll2003', 'f1'))} / {DASH}"
             sst2 = f"{fmt(metric('quality.json', 'smollm2_frozen_ple', 'test', 'sst2', 'accuracy'))} / {DASH}"
         else:
@@ -28,7 +33,7 @@ def blocks_table() -> Table:
             sst2 = f"{fmt(a['sst2_test_accuracy'])} / {fmt(b['sst2_test_accuracy'])}"
         rows.append(
             [
-                str(blocks),
+                blocks,
                 f"{fmt(a['words_per_cpu_s'], 1)} / {fmt(b['words_per_cpu_s'], 1)}",
                 conll,
                 sst2,

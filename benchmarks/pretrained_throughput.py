@@ -8,8 +8,9 @@ model folders beside their speed (issue 22 item 3).
 Configurations: every ``--model`` folder (a trained frozen-trunk model; its blocks are its own) at every precision,
 and, for each of ``--blocks``, configs/bench/smollm2_frozen.yaml's model with that many SmolLM2 blocks, untrained
 (speed does not depend on the weights: the same work per word), at every precision. Quality comes from the trained
-folders only: MODEL/eval-test/metrics.json, which ``mtl-decoder evaluate --model MODEL --split test`` writes (CoNLL-2003
-test F1 and SST-2 test accuracy; ``--precision int8`` evaluated into MODEL/eval-test-int8 when that exists).
+folders only: eval-test/metrics.json (CoNLL-2003 test F1 and SST-2 test accuracy) and, for int8, eval-test-int8, read
+inside the model folder (where benchmarks/quality.py writes them) or beside it in the run folder, where the CLI writes
+them: ``mtl-decoder evaluate --model RUN/best --split test [--precision int8] --output RUN/eval-test[-int8]``.
 
 Timing (the machinery of benchmarks/spacy_throughput.py): the first ``--sentences`` CoNLL-2003 test token lists, every
 task predicted (``predict_texts``, 1 torch thread, 1 worker, the Predictor's batches: ``max_tokens`` in the output),
@@ -62,11 +63,16 @@ class Configuration:
 
 
 def test_quality(model_dir: Path, precision: str) -> dict:
-    """CoNLL-2003 test F1 and SST-2 test accuracy from MODEL/eval-test[-PRECISION]/metrics.json ({} if absent)."""
-    folder = model_dir / ("eval-test" if precision == "fp32" else f"eval-test-{precision}")
-    try:
-        tasks = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))["tasks"]
-    except (OSError, KeyError, ValueError):
+    """CoNLL-2003 test F1 and SST-2 test accuracy from eval-test[-PRECISION]/metrics.json in MODEL or beside it ({}
+    if neither holds one)."""
+    name = "eval-test" if precision == "fp32" else f"eval-test-{precision}"
+    for folder in (model_dir / name, model_dir.parent / name):
+        try:
+            tasks = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))["tasks"]
+            break
+        except (OSError, KeyError, ValueError):
+            continue
+    else:
         return {}
     out = {"source": str(folder / "metrics.json")}
     for name, metrics in tasks.items():
