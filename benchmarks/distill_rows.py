@@ -58,6 +58,7 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
     # the temperature around its default (2), alpha 0.5: what distill.temperature's default rests on
     "distill_small_t1": ("ple.yaml", [*SMALL, "distill.temperature=1"], "the small student at temperature 1"),
     "distill_small_t4": ("ple.yaml", [*SMALL, "distill.temperature=4"], "the small student at temperature 4"),
+    "distill_small_alpha09": ("ple.yaml", [*SMALL, "distill.alpha=0.9"], "the small student at alpha 0.9 (T 2)"),
 }
 TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train"}
 """Rows whose transfer set is the training texts alone (no --unlabelled)."""
