@@ -59,6 +59,9 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
     "distill_small_t1": ("ple.yaml", [*SMALL, "distill.temperature=1"], "the small student at temperature 1"),
     "distill_small_t4": ("ple.yaml", [*SMALL, "distill.temperature=4"], "the small student at temperature 4"),
     "distill_small_alpha09": ("ple.yaml", [*SMALL, "distill.alpha=0.9"], "the small student at alpha 0.9 (T 2)"),
+    # the same student and settings at other seeds: how far one seed's figures can be trusted
+    "distill_small_seed1": ("ple.yaml", [*SMALL, "training.seed=1"], "distill_small at seed 1"),
+    "distill_small_seed2": ("ple.yaml", [*SMALL, "training.seed=2"], "distill_small at seed 2"),
 }
 TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train"}
 """Rows whose transfer set is the training texts alone (no --unlabelled)."""
