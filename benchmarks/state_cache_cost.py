@@ -5,7 +5,8 @@
     python benchmarks/state_cache_cost.py --config CONFIG --record RUN_DIR --log TRAIN_LOG --threads 2  # made by hand
 
 The first form runs ``mtl-decoder train --config CONFIG training.max_steps=1`` into a temporary run folder with the
-tasks pointed at --data-root (CoNLL-2003 and SST-2), so the trunk computes the states of every training and
+tasks pointed at --data-root as benchmarks/quality.py points them (CoNLL-2003 and SST-2; not SemEval, whose validation
+split quality.py carves), so the trunk computes the states of every training and
 validation text once (into --cache-dir, default an empty temporary folder: a cold cache), then trains one step.
 The second records such a run made by hand (the same command): its summary.json holds ``state_cache_seconds``
 and its log the trainer's ``trunk states (...)`` line (sequences computed, blocks, bytes per token, memory and
@@ -27,7 +28,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quality_models import TASK_FILES
+from quality import data_overrides
 from quality_record import machine
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,22 +36,12 @@ RESULTS = REPO / "benchmarks" / "results" / "state_cache_cost.json"
 LINE = re.compile(r"trunk states \(layer (\d+) of [^)]*\): ([\d,]+) computed in [\d.]+ min.*?; (.*)$")
 
 
-def data_overrides(config: Path, data_root: Path) -> list[str]:
-    """Every task of the config read from --data-root (its train, validation and test files)."""
-    overrides = []
-    for entry in yaml.safe_load(config.read_text())["tasks"]:
-        name = yaml.safe_load((config.parent / entry).read_text())["name"]
-        folder = data_root / TASK_FILES[name]
-        overrides += [f"tasks.{name}.data.{s}={folder / f'{s}.jsonl'}" for s in ("train", "validation", "test")]
-    return overrides
-
-
 def run(config: Path, data_root: Path, threads: int, cache_dir: Path | None) -> tuple[Path, str]:
     """Train one step (the states first) into a temporary folder; (run folder, its log text)."""
     out = Path(tempfile.mkdtemp(prefix="state-cache-cost-"))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MTL_DECODER_CACHE=str(cache_dir or out / "cache"))
     cmd = [sys.executable, "-m", "mtl_decoder", "train", "--config", str(config), "--output-dir", str(out / "run"),
-           *data_overrides(config, data_root), "training.max_steps=1", "training.progress=false"]  # fmt: skip
+           *data_overrides(config, data_root, None), "training.max_steps=1", "training.progress=false"]  # fmt: skip
     done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"training failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
