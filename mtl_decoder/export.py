@@ -39,7 +39,7 @@ from torch import nn
 
 from mtl_decoder.config import SHARED, ExperimentConfig
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_text, check_writable_parent, replace_dir, temporary_sibling
+from mtl_decoder.files import atomic_write_text, check_writable_parent, replace_dir, shielded, temporary_sibling
 from mtl_decoder.paths import check_outside_model
 from mtl_decoder.saved import load_model
 
@@ -113,8 +113,9 @@ def export_trunk(
         atomic_write_text(tmp / README, _card(saved.directory, config, chosen, head is not None, notes))
         replace_dir(tmp, output)  # an old folder (--force) is replaced only once the new one is complete
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        with shielded():
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
     return ExportResult(output, trunk.mode, chosen, "original" if head is not None else "tied", notes)
 
 

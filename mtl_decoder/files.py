@@ -17,7 +17,8 @@ A write that fails (a full disk, a file size limit) removes the temporary file a
 ``UserError`` naming the output.
 
 ``terminate_unwinds`` turns SIGTERM into a ``Terminated`` exception for the duration of a block, so that the
-``with`` blocks inside it (``AtomicFile``) discard their temporaries instead of leaving them to a later run.
+``with`` blocks inside it (``AtomicFile``) discard their temporaries instead of leaving them to a later run;
+``shielded`` holds a SIGTERM back while such a clean-up runs, so the signal cannot cut it short half-way.
 """
 
 from __future__ import annotations
@@ -80,6 +81,22 @@ class Unwinder:
             raise Terminated("terminated by SIGTERM")
 
 
+_UNWINDERS: list[Unwinder] = []
+"""The live ``terminate_unwinds`` blocks of the main thread, innermost last (what ``shielded`` defers to)."""
+
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """Hold SIGTERM back for a clean-up block (removing temporaries): a launcher's SIGTERM that lands while an
+    error is already being unwound would otherwise raise inside the clean-up and leave the rest of it undone. The
+    signal takes effect when the outermost shielded block ends; outside ``terminate_unwinds`` nothing changes."""
+    if not _UNWINDERS or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with _UNWINDERS[-1].deferred():
+        yield
+
+
 @contextmanager
 def terminate_unwinds() -> Iterator[Unwinder]:
     """Within the block, SIGTERM raises ``Terminated`` in the main thread, so ``with`` and ``finally`` blocks run
@@ -101,9 +118,11 @@ def terminate_unwinds() -> Iterator[Unwinder]:
         raise Terminated("terminated by SIGTERM")
 
     signal.signal(signal.SIGTERM, handler)
+    _UNWINDERS.append(unwinder)
     try:
         yield unwinder
     finally:
+        _UNWINDERS.remove(unwinder)
         signal.signal(signal.SIGTERM, restore)
 
 
@@ -227,7 +246,8 @@ def staged_folder(final: Path) -> Iterator[Path]:
             else:
                 os.replace(entry, final / entry.name)
     finally:
-        remove(tmp)
+        with shielded():
+            remove(tmp)
 
 
 class AtomicFile:
@@ -305,14 +325,15 @@ class AtomicFile:
 
     def discard(self) -> None:
         """Remove the temporary file, whatever closing it says (a full disk fails the final flush again)."""
-        try:
-            self.file.close()
-        except OSError:
-            pass
-        finally:
-            if self.tmp is not None:
-                self.tmp.unlink(missing_ok=True)
-            self._unlock()
+        with shielded():
+            try:
+                self.file.close()
+            except OSError:
+                pass
+            finally:
+                if self.tmp is not None:
+                    self.tmp.unlink(missing_ok=True)
+                self._unlock()
 
     def _unlock(self) -> None:
         if self.lock is not None:

@@ -41,6 +41,7 @@ from mtl_decoder.files import (
     path_problem,
     replace_dir,
     sha256_file,
+    shielded,
     temporary_sibling,
 )
 from mtl_decoder.model import MultiTaskModel, build_model
@@ -119,8 +120,9 @@ def save_model(
             "was"
         ) from None
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        with shielded():
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
     return directory
 
 

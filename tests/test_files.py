@@ -15,6 +15,7 @@ from mtl_decoder.files import (
     AtomicFile,
     Terminated,
     check_writable_parent,
+    shielded,
     stale_temporaries,
     temporary_sibling,
     terminate_unwinds,
@@ -81,6 +82,37 @@ def test_sigterm_in_a_deferred_block_waits_for_its_end(tmp_path):
         os.kill(os.getpid(), signal.SIGTERM)
         done.append("renamed")  # not interrupted
     assert done == ["renamed"]
+
+
+def test_a_sigterm_during_clean_up_waits_until_every_temporary_is_gone(tmp_path):
+    """A launcher's SIGTERM can land while an error is being unwound: the clean-up of the first file must not be
+    cut short, nor the second file's skipped (the errors file's temporary was once left behind the output's)."""
+    from mtl_decoder.prediction.writer import RunWriter
+
+    class SignalsOnClose:  # the output's file: SIGTERM arrives as its clean-up begins
+        closed = False
+
+        def close(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # unshielded, the handler would raise here
+                pass
+
+    with pytest.raises(Terminated), terminate_unwinds():
+        writer = RunWriter(tmp_path / "pred.jsonl", tmp_path / "pred.errors.jsonl", skip=True, part=False)
+        writer.out.write_line("x")
+        writer.bad.write_line("y")
+        assert len(list(tmp_path.glob(".*mtl-tmp-*"))) == 2
+        writer.out.file.close()
+        writer.out.file = SignalsOnClose()
+        writer.discard()
+    assert [p.name for p in tmp_path.iterdir() if "mtl-tmp" in p.name] == []
+
+
+def test_shielded_outside_terminate_unwinds_changes_nothing():
+    done = []
+    with shielded():
+        done.append("cleaned")
+    assert done == ["cleaned"]
 
 
 def test_outside_the_main_thread_nothing_changes():

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtl_decoder.files import AtomicFile, remove
+from mtl_decoder.files import AtomicFile, remove, shielded
 from mtl_decoder.prediction.common import PredictSummary, set_aside
 from mtl_decoder.prediction.inputs import BadRecord
 from mtl_decoder.prediction.parts import PartWriter
@@ -45,9 +45,10 @@ class RunWriter:
             summary.removed.append(str(self.errors))
 
     def discard(self) -> None:
-        for f in (self.part, self.out, self.bad):
-            if f is not None:
-                f.discard()
+        with shielded():  # a SIGTERM mid-way must not leave the errors file's temporary behind the output's
+            for f in (self.part, self.out, self.bad):
+                if f is not None:
+                    f.discard()
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 from accelerate import Accelerator
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, remove, sha256_file, stale_temporaries_in, temporary_sibling
+from mtl_decoder.files import atomic_write_json, remove, sha256_file, shielded, stale_temporaries_in, temporary_sibling
 
 STATE_FILE = "trainer_state.json"
 PREFIX = "step-"
@@ -76,7 +76,8 @@ def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict
                 remove(old)
     except BaseException as err:  # a full disk, SIGTERM: the half-written folder goes, the older ones stay
         if accelerator.is_main_process:
-            remove(tmp)
+            with shielded():
+                remove(tmp)
         if isinstance(err, Exception) and not isinstance(err, UserError):
             raise _write_failure(err, final, latest_checkpoint(root)) from None
         raise

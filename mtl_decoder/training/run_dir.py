@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, atomic_write_text, check_writable_parent, remove
+from mtl_decoder.files import atomic_write_json, atomic_write_text, check_writable_parent, remove, shielded
 from mtl_decoder.locks import PathLock
 
 MARKER = ".mtl-decoder-run"
@@ -106,8 +106,9 @@ class RunDirectory:
         if self.created is None or (self.checkpoints.is_dir() and any(self.checkpoints.iterdir())):
             return []
         removed = [self.path] if self.created else self.contents()
-        for path in removed:
-            remove(path)
+        with shielded():
+            for path in removed:
+                remove(path)
         self.created = None
         return removed
 
