@@ -276,7 +276,9 @@ class AtomicFile:
                 raise UserError(f"{self.path}: appeared after this run started (another program's?); not replaced")
             self.tmp = temporary_sibling(self.path)
             self.file = open(self.tmp, "x", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed by commit/discard
-        except BaseException:
+        except BaseException:  # refused, or a SIGTERM just after the temporary was created: it goes
+            if self.tmp is not None:
+                self.tmp.unlink(missing_ok=True)
             self.lock.release()
             raise
 

@@ -112,10 +112,13 @@ def predict_file_sharded(
 
         reader, predictor, names, share, summary = _agree(processes, prepare)
         skip = on_error == "skip"
-        writer = RunWriter(Path(output), errors_path(output), skip, part) if processes.is_main else None
         show = processes.is_main and (sys.stderr.isatty() if progress is None else progress)
         bar = tqdm(desc="predict", unit=" rec", disable=not show, delay=1.0, mininterval=0.5, file=sys.stderr)
+        writer = None
         try:
+            if processes.is_main:
+                with unwinder.deferred():  # a SIGTERM now waits until the writer exists, so its files are discarded
+                    writer = RunWriter(Path(output), errors_path(output), skip, part)
             seen = _run(reader, predictor, names, share, processes, writer, summary, skip, bar)
             if predictor.state_cache is not None:
                 predictor.state_cache.flush()  # --cache-states: each process writes its own last shard

@@ -19,7 +19,12 @@ class RunWriter:
     def __init__(self, output: Path, errors: Path, skip: bool, part: bool):
         self.part = PartWriter(output) if part else None
         self.out = None if part else AtomicFile(output)
-        self.bad = AtomicFile(errors) if skip and not part else None
+        try:
+            self.bad = AtomicFile(errors) if skip and not part else None
+        except BaseException:  # the errors file cannot be written: the output's temporary goes too
+            self.bad = None
+            self.discard()
+            raise
         self.errors, self.skip = errors, skip
 
     def record(self, index: int, line: int, text: str) -> None:
