@@ -1,13 +1,15 @@
 """Memory and disk of prediction with a frozen pretrained trunk, as the number of predicted records grows: both
 must stay flat (issue 22 item 2).
 
-    python benchmarks/pretrained_memory.py [--sizes 10000,100000,1000000] [--blocks 2] [--out FILE]
+    python benchmarks/pretrained_memory.py [--sizes 10000,100000,1000000] [--blocks 2] [--words 6-20]
+                                           [--precision fp32|int8] [--out FILE]
 
 The trunk: a random Llama of SmolLM2-135M's width (576, 9 heads, 3 key-value heads, MLP 1536), ``--blocks`` blocks,
 built here (no download), with SmolLM2's tokenizer when benchmarks/runs/smollm2-135m-instruct exists (made by
 benchmarks/smollm2_checkpoint.py), else a byte-level BPE trained here on the generated texts. The model on top:
 configs/demo_pretrained.yaml's layers, untrained (memory does not depend on the weights), its state cache under a
-temporary MTL_DECODER_CACHE. Records: distinct generated sentences of 6-20 words, streamed through
+temporary MTL_DECODER_CACHE. Records: distinct generated sentences of 6-20 words (``--words``: shorter records
+bound a million-record run's time, not what it measures: memory per record), streamed through
 ``predict_texts`` (every task), one pass over max(--sizes) records; at each size the process's resident memory
 (VmRSS, its peak VmHWM, and VmRSS after malloc_trim) and the size of the state-cache folder are printed and written to
 benchmarks/results/pretrained_memory.json. The run is bounded by records, not time.
@@ -121,10 +123,11 @@ VOCAB = [
 ]
 
 
-def sentence(i: int) -> str:
-    """The i-th generated sentence: 6-20 words, distinct for every i (its number is one of them)."""
+def sentence(i: int, lengths: tuple[int, int] = (6, 20)) -> str:
+    """The i-th generated sentence: ``lengths`` words (an inclusive range), distinct for every i (its number is one
+    of them)."""
     rng = random.Random(i)
-    words = [rng.choice(VOCAB) for _ in range(rng.randint(5, 19))]
+    words = [rng.choice(VOCAB) for _ in range(rng.randint(lengths[0] - 1, lengths[1] - 1))]
     words.insert(rng.randrange(len(words)), str(i))
     return " ".join(words)
 
@@ -197,7 +200,7 @@ def frozen_model(checkpoint: Path, blocks: int):
 
     overrides = [f"model.trunk.pretrained={checkpoint}", "model.trunk.mode=frozen", f"model.trunk.layers={blocks}"]
     config = load_config(REPO / "configs" / "demo_pretrained.yaml", overrides)
-    encoder = TextEncoder(load_tokenizer(config.model.trunk), config.data.max_length, words_as_text=True)
+    encoder = TextEncoder.for_model(load_tokenizer(config.model.trunk), config.model, config.data.max_length)
     tags = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
     label_sets = {
         name: list(task.labels) if task.labels else tags for name, task in config.tasks.items()
@@ -207,7 +210,7 @@ def frozen_model(checkpoint: Path, blocks: int):
     return SavedModel(model, encoder, config, label_sets, Path(f"untrained:{checkpoint.name}"))
 
 
-def measure(sizes: list[int], blocks: int, batch_size: int) -> dict:
+def measure(sizes: list[int], blocks: int, batch_size: int, lengths: tuple[int, int], precision: str) -> dict:
     import torch
 
     from mtl_decoder.data.batching import word_feature_row
@@ -227,7 +230,7 @@ def measure(sizes: list[int], blocks: int, batch_size: int) -> dict:
             for i in range(marks[-1]):
                 if i in marks:
                     report(i)
-                yield sentence(i)
+                yield sentence(i, lengths)
 
         def report(n: int) -> None:
             cache = states.cache
@@ -246,7 +249,7 @@ def measure(sizes: list[int], blocks: int, batch_size: int) -> dict:
             print(json.dumps(row), file=sys.stderr, flush=True)
 
         report(0)
-        for pred in predict_texts(saved, items(), batch_size=batch_size, workers=1):
+        for pred in predict_texts(saved, items(), batch_size=batch_size, workers=1, precision=precision):
             words[0] += len(next(v["tags"] for v in pred.values() if "tags" in v))
         report(marks[-1])
         elapsed = time.perf_counter() - started
@@ -267,9 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10000,100000,1000000", help="records at which to report (comma list)")
     parser.add_argument("--blocks", type=int, default=2, help="trunk blocks (width 576)")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--words", default="6-20", help="words per record, MIN-MAX")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "int8"), help="as predict --precision")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "pretrained_memory.json"))
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    low, _, high = args.words.partition("-")
+    lengths = (int(low), int(high or low))
+    if not 2 <= lengths[0] <= lengths[1]:
+        raise SystemExit(f"--words: expected MIN-MAX with 2 <= MIN <= MAX, got {args.words!r}")
     result = {
         "benchmark": "pretrained_memory",
         "command": "python benchmarks/pretrained_memory.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -277,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         "threads": 1,
         "trunk": f"random Llama, width 576 (SmolLM2-135M's), {args.blocks} blocks, frozen; "
         "configs/demo_pretrained.yaml's layers on top, untrained",
-        "input": "distinct generated sentences of 6-20 words, streamed through predict_texts (every task)",
-        **measure(sizes, args.blocks, args.batch_size),
+        "precision": args.precision,
+        "input": f"distinct generated sentences of {lengths[0]}-{lengths[1]} words, streamed through predict_texts "
+        "(every task)",
+        **measure(sizes, args.blocks, args.batch_size, lengths, args.precision),
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
