@@ -30,6 +30,14 @@ _VARIANTS: dict[str, tuple[list[str], str]] = {
         ["model.trunk.layers=24", "model.trunk.read_layers=[8,16,24]"],
         "frozen, blocks 8/16/24 by a per-route scalar mix",
     ),
+    "concat_8_16_24": (
+        ["model.trunk.layers=24", "model.trunk.read_layers=[8,16,24]", "model.trunk.layer_mix=concat"],
+        "frozen, blocks 8/16/24 concatenated and projected (the mix's cached states)",
+    ),
+    "mix_16_24": (
+        ["model.trunk.layers=24", "model.trunk.read_layers=[16,24]"],
+        "frozen, blocks 16/24 by a per-route scalar mix (the mix's cached states)",
+    ),
     "mix_16_24_30": (
         ["model.trunk.layers=30", "model.trunk.read_layers=[16,24,30]"],
         "frozen, blocks 16/24/30 by a per-route scalar mix",
