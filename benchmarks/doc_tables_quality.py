@@ -16,13 +16,13 @@ def summary_table() -> Table:
     """README: the models a user chooses between, with the peers, quality and speed side by side."""
     header = ["model", "CoNLL-2003 test F1", "SST-2 test acc", "words per CPU-second (1 thread)", "speed measured on"]
     spacy_speed = "spacy_throughput.json"
-    sixteen = throughput("smollm2 16 blocks untrained fp32")
+    sixteen = throughput("smollm2_frozen_ple/best fp32")
     best = lookup("pretrained_throughput.json", "best")
     rows = [
         [
-            "`ple` on the frozen SmolLM2-135M trunk, 16 blocks, fp32 (speed: the same shape, untrained)",
-            fmt(metric("quality.json", "smollm2_frozen_ple", "test", "conll2003", "f1")),
-            fmt(metric("quality.json", "smollm2_frozen_ple", "test", "sst2", "accuracy")),
+            "`ple` on the frozen SmolLM2-135M trunk, 16 blocks, fp32 (`configs/bench/smollm2_frozen.yaml`)",
+            fmt(sixteen["conll2003_test_f1"]),
+            fmt(sixteen["sst2_test_accuracy"]),
             fmt(sixteen["words_per_cpu_s"], 0),
             cpu(sixteen["cpu"]),
         ],
