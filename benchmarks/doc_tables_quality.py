@@ -149,6 +149,7 @@ PRETRAINED = [
     "smollm2_frozen_ple",
     "smollm2_single_conll2003",
     "smollm2_single_sst2",
+    "smollm2_b12_ple",
     "smollm2_b8_ple",
     "smollm2_b4_ple",
 ]
