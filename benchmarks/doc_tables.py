@@ -28,6 +28,7 @@ from doc_tables_quality import (
     PRETRAINED,
     PRETRAINED_ABLATIONS,
     PRETRAINED_DEFAULT,
+    PRETRAINED_READS,
     RERUN,
     SCRATCH,
     distill_table,
@@ -60,6 +61,9 @@ TABLES: dict[str, Callable[[], Table]] = {
     ),
     "pretrained_default": lambda: quality_table(
         "quality.json", PRETRAINED_DEFAULT, CONLL_SST2, ["CoNLL F1", "SST-2 acc"], gap=True
+    ),
+    "pretrained_reads": lambda: quality_table(
+        "quality.json", PRETRAINED_READS, CONLL_SST2, ["CoNLL F1", "SST-2 acc"], gap=True
     ),
     "pretrained_default_semeval": lambda: quality_table(
         "quality.json", semeval_names("smollm2_default_"), SEMEVAL, ["aspect F1", "polarity acc"]
