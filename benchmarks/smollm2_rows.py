@@ -34,6 +34,11 @@ _VARIANTS: dict[str, tuple[list[str], str]] = {
         ["model.trunk.layers=24", "model.trunk.read_layers=[8,16,24]", "model.trunk.layer_mix=concat"],
         "frozen, blocks 8/16/24 concatenated and projected (the mix's cached states)",
     ),
+    "concat_8_16_24_seed1": (
+        ["model.trunk.layers=24", "model.trunk.read_layers=[8,16,24]", "model.trunk.layer_mix=concat",
+         "training.seed=1"],
+        "frozen, blocks 8/16/24 concatenated and projected, seed 1 (the concatenation's second run)",
+    ),
     "mix_16_24": (
         ["model.trunk.layers=24", "model.trunk.read_layers=[16,24]"],
         "frozen, blocks 16/24 by a per-route scalar mix (the mix's cached states)",
@@ -54,6 +59,11 @@ _VARIANTS: dict[str, tuple[list[str], str]] = {
     "hybrid4": (
         ["model.trunk.mode=hybrid", "model.trunk.train_top=4"],
         "hybrid: blocks 1-12 cached, 13-16 upcycled and trained",
+    ),
+    # the same two trained blocks over the states every 16-block row already cached: no new trunk pass
+    "hybrid2_on16": (
+        ["model.trunk.mode=hybrid", "model.trunk.layers=18", "model.trunk.train_top=2"],
+        "hybrid: blocks 1-16 cached (the frozen rows' states), 17-18 upcycled and trained",
     ),
     "hybrid2_lora": (
         ["model.trunk.mode=hybrid", "model.trunk.train_top=2", "model.trunk.top_mode=lora"],
