@@ -25,6 +25,11 @@ _VARIANTS: dict[str, tuple[list[str], str]] = {
     "b12": (["model.trunk.layers=12"], "frozen, block 12 alone (issue 22's speed curve)"),
     "b24": (["model.trunk.layers=24"], "frozen, block 24 alone"),
     "b30": (["model.trunk.layers=30"], "frozen, block 30 (all) alone"),
+    # the 7-point CoNLL validation-to-test drop: the word-identity hash features blanked for half the words
+    "hashdrop": (
+        ["model.word_hash_dropout=0.5"],
+        "frozen, block 16 alone, the word's own hashed features dropped for half the words in training",
+    ),
     # several blocks at once against the single block of the same depth
     "mix_8_16_24": (
         ["model.trunk.layers=24", "model.trunk.read_layers=[8,16,24]"],

@@ -66,6 +66,11 @@ class ModelConfig:
     buckets, summed and added to the word's sub-words, as a feature-based CRF tagger sees words (0 = off)."""
     word_hash_dim: int = 64
     """Width of the hashed-feature embedding (projected to d_model)."""
+    word_hash_dropout: float = 0.0
+    """In training, drop the hashed features that name a word itself (as written and lower-cased; its prefixes and
+    suffixes stay) for this fraction of the batch's distinct words, so the tagger also learns to tag a word it has
+    not seen from its context and spelling, instead of memorising the training set's names (the singleton-to-UNK
+    replacement of Lample et al., 2016). 0 = off; needs word_hash_buckets."""
     tagging_decoder: str = "softmax"
     """How tag sequences are decoded: 'softmax' (per token) or 'crf' (linear-chain CRF, Viterbi)."""
     word_token: str = "auto"
@@ -112,6 +117,10 @@ class ModelConfig:
         if self.word_hash_buckets == 1:
             raise ConfigError("word_hash_buckets", "must be 0 (off) or at least 2")
         check_positive("word_hash_dim", self.word_hash_dim)
+        if not 0.0 <= self.word_hash_dropout < 1.0:
+            raise ConfigError("word_hash_dropout", f"must lie in [0, 1), got {self.word_hash_dropout}")
+        if self.word_hash_dropout and not self.word_hash_buckets:
+            raise ConfigError("word_hash_dropout", "drops hashed word features: set model.word_hash_buckets too")
 
     @property
     def word_token_position(self) -> str:

@@ -70,11 +70,15 @@ N_HASHED = 8
 """Hashed features per word (see ``hashed_features``)."""
 
 
+WORD_IDENTITY_FEATURES = 2
+"""The first hashed features of a word name the word itself (as written, lower-cased); the rest its affixes."""
+
+
 def hashed_features(word: str, buckets: int) -> list[int]:
     """Ids in 1..buckets-1 (0 is padding) of the word as written, lower-cased, and its lower-cased prefixes and
     suffixes of 2-4 characters. crc32, not hash(): ids must not change between processes."""
     low = word.lower()
-    names = (
+    names = (  # the word itself first: WORD_IDENTITY_FEATURES
         f"W{word}",
         f"w{low}",
         f"p{low[:2]}",

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mtl_decoder.config import ModelConfig
-from mtl_decoder.data.wordfeatures import N_CHAR_IDS, SHAPES
+from mtl_decoder.data.wordfeatures import N_CHAR_IDS, SHAPES, WORD_IDENTITY_FEATURES
 
 
 class WordFeatures(nn.Module):
@@ -24,6 +24,7 @@ class WordFeatures(nn.Module):
         buckets = cfg.word_hash_buckets
         self.hash_emb = nn.Embedding(buckets, cfg.word_hash_dim, padding_idx=0) if buckets else None
         self.hash_proj = nn.Linear(cfg.word_hash_dim, d) if buckets else None
+        self.hash_dropout = cfg.word_hash_dropout
 
     def forward(
         self,
@@ -46,9 +47,19 @@ class WordFeatures(nn.Module):
         if self.shape_emb is not None:
             vectors = vectors + self.shape_emb(shape_ids)
         if self.hash_emb is not None:
+            if self.training and self.hash_dropout:
+                hash_ids = self.drop_word_identity(hash_ids)
             vectors = vectors + self.hash_proj(self.hash_emb(hash_ids).sum(-2))
         U = vectors.shape[0]
         vectors = F.pad(vectors, (0, 0, 0, 1))  # (U + 1, C): a zero last row for the sub-words of no word
         # an embedding lookup, not vectors[token_word]: on a CPU the latter's backward adds repeated rows up in a
         # thread-dependent order, so one batch's gradients would differ between runs in the last bits
         return F.embedding(torch.where(token_word >= 0, token_word, U), vectors)  # (B, T, C)
+
+    def drop_word_identity(self, hash_ids: torch.Tensor) -> torch.Tensor:
+        """hash_ids (U, F) with the features naming the word itself set to padding (a zero vector) for a random
+        ``hash_dropout`` of the U distinct words: those words look unseen, their affixes still there."""
+        dropped = torch.rand(hash_ids.shape[0], device=hash_ids.device) < self.hash_dropout  # (U,)
+        identity = torch.zeros_like(hash_ids, dtype=torch.bool)
+        identity[:, :WORD_IDENTITY_FEATURES] = True
+        return hash_ids.masked_fill(identity & dropped.unsqueeze(1), 0)  # (U, F)

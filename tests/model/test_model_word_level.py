@@ -136,3 +136,41 @@ def test_last_word_token_reads_and_labels_each_words_last_sub_word():
     assert first_al.labels([7, 8, 9]) == [-100, 7, -100, 8, 9, -100, -100, -100]
     assert ModelConfig(word_token="auto", attention="causal").word_token_position == "last"
     assert ModelConfig(word_token="auto", attention="bidirectional").word_token_position == "first"
+
+
+def test_word_hash_dropout_blanks_only_the_word_itself_for_about_that_fraction_of_words():
+    """model.word_hash_dropout: in training each distinct word keeps all its hashed features, or loses exactly the
+    two naming the word (its affixes kept), at about the rate asked; in eval nothing is dropped."""
+    from model_testkit import tiny_config
+
+    from mtl_decoder.data.wordfeatures import hashed_features
+    from mtl_decoder.model.decoder import WordFeatures
+
+    words = [f"Word{i}x" for i in range(2000)]
+    full = torch.tensor([hashed_features(w, 64) for w in words])  # (U, 8)
+    blanked = full.clone()
+    blanked[:, :2] = 0  # the word as written and lower-cased: what an unseen word would not have
+    token_word = torch.arange(len(words)).view(1, -1)
+    torch.manual_seed(0)
+    features = WordFeatures(tiny_config(word_hash_buckets=64, word_hash_dropout=0.3))
+    with torch.no_grad():
+        features.eval()
+        keep, drop = features(token_word, hash_ids=full)[0], features(token_word, hash_ids=blanked)[0]  # (U, C)
+        assert not torch.allclose(keep, drop)
+        assert torch.equal(features(token_word, hash_ids=full)[0], keep)  # eval: never dropped
+        features.train()
+        out = features(token_word, hash_ids=full)[0]
+    as_kept = torch.isclose(out, keep, rtol=0, atol=1e-6).all(-1)
+    as_dropped = torch.isclose(out, drop, rtol=0, atol=1e-6).all(-1)
+    assert bool((as_kept ^ as_dropped).all())  # each word one or the other, never a part of its features
+    n = len(words)
+    assert abs(int(as_dropped.sum()) - 0.3 * n) < 4 * (n * 0.3 * 0.7) ** 0.5  # binomial, 4 standard deviations
+
+
+@pytest.mark.parametrize("settings", [dict(word_hash_dropout=0.2), dict(word_hash_buckets=64, word_hash_dropout=1.0)])
+def test_word_hash_dropout_errors_name_the_key(settings):
+    from mtl_decoder.config import ModelConfig
+    from mtl_decoder.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="word_hash_dropout"):
+        ModelConfig(d_model=32, n_layers=2, n_heads=2, expert_hidden=16, **settings)
