@@ -40,8 +40,12 @@ _VARIANTS: dict[str, tuple[list[str], str]] = {
         "frozen, blocks 8/16/24 concatenated and projected (the mix's cached states)",
     ),
     "concat_8_16_24_seed1": (
-        ["model.trunk.layers=24", "model.trunk.read_layers=[8,16,24]", "model.trunk.layer_mix=concat",
-         "training.seed=1"],
+        [
+            "model.trunk.layers=24",
+            "model.trunk.read_layers=[8,16,24]",
+            "model.trunk.layer_mix=concat",
+            "training.seed=1",
+        ],
         "frozen, blocks 8/16/24 concatenated and projected, seed 1 (the concatenation's second run)",
     ),
     "mix_16_24": (
