@@ -155,8 +155,14 @@ PRETRAINED = [
 ]
 PRETRAINED_DEFAULT = ["smollm2_default_ple", "smollm2_default_single_conll2003", "smollm2_default_single_sst2"]
 """Issue 23's candidate default (configs/bench/smollm2_default.yaml: blocks 8/16/24 by a per-route scalar mix)."""
-PRETRAINED_READS = ["smollm2_frozen_ple", "smollm2_b12_ple", "smollm2_default_ple", "smollm2_concat_8_16_24_ple"]
-"""Which blocks the PLE layers read, on one CPU and one build: block 16 or 12 alone, a mix, a concatenation."""
+PRETRAINED_READS = [
+    "smollm2_frozen_ple",
+    "smollm2_b12_ple",
+    "smollm2_default_ple",
+    "smollm2_mix_16_24_ple",
+    "smollm2_concat_8_16_24_ple",
+]
+"""Which blocks the PLE layers read, on one CPU and one build: block 16 or 12 alone, two mixes, a concatenation."""
 PRETRAINED_ABLATIONS = [
     "smollm2_conll_first_causal",
     "smollm2_conll_last_causal",
