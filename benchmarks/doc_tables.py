@@ -29,6 +29,7 @@ from doc_tables_quality import (
     PRETRAINED_ABLATIONS,
     PRETRAINED_DEFAULT,
     PRETRAINED_READS,
+    PRETRAINED_READS_SEMEVAL,
     RERUN,
     SCRATCH,
     distill_table,
@@ -64,6 +65,9 @@ TABLES: dict[str, Callable[[], Table]] = {
     ),
     "pretrained_reads": lambda: quality_table(
         "quality.json", PRETRAINED_READS, CONLL_SST2, ["CoNLL F1", "SST-2 acc"], gap=True
+    ),
+    "pretrained_reads_semeval": lambda: quality_table(
+        "quality.json", PRETRAINED_READS_SEMEVAL, SEMEVAL, ["aspect F1", "polarity acc"]
     ),
     "pretrained_default_semeval": lambda: quality_table(
         "quality.json", semeval_names("smollm2_default_"), SEMEVAL, ["aspect F1", "polarity acc"]
