@@ -11,6 +11,7 @@ blocks spread over it, plus its modification time, since a sample can miss an ed
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import hashlib
 import os
@@ -61,14 +62,37 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): tree}
 
 
+_MISSING = object()
+
+
+def key_default(key: str) -> Any:
+    """The value a dotted key (``model.trunk.layers``) takes in a config that leaves it out; _MISSING for keys with
+    no default of their own (tasks.*, distill.*)."""
+    node: Any = None
+    for i, part in enumerate(key.split(".")):
+        if i == 0:
+            fields = {f.name: f for f in dataclasses.fields(ExperimentConfig)}
+            spec = fields.get(part)
+            if spec is None or spec.default_factory is dataclasses.MISSING:
+                return _MISSING
+            node = spec.default_factory()
+        elif dataclasses.is_dataclass(node) and part in {f.name for f in dataclasses.fields(node)}:
+            node = getattr(node, part)
+        else:
+            return _MISSING
+    return node
+
+
 def changed_keys(stored: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Keys whose value differs. A key the stored config lacks counts as its default: the run was started by a
+    version before the key existed, and a new key's default is always the behaviour from before it."""
     old, now = flatten(stored), flatten(new)
     keys = sorted(set(old) | set(now))
-    missing = object()
     return {
         k: (old.get(k), now.get(k))
         for k in keys
-        if old.get(k, missing) != now.get(k, missing) and not (k not in old and now[k] is None)
+        if old.get(k, _MISSING) != now.get(k, _MISSING)
+        and not (k not in old and (now[k] is None or now[k] == key_default(k)))
     }
 
 

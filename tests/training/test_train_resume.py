@@ -124,3 +124,19 @@ def test_an_emptied_random_state_of_a_checkpoint_without_a_manifest_is_refused(m
     with pytest.raises(UserError, match=r"random_states_0\.pkl: missing or empty; cannot resume"):
         train(make_config(run, ["training.epochs=3", "training.lr=0.03"]), resume=True)
     assert (run / "config.yaml").read_bytes() == config_before
+
+
+def test_a_key_added_since_the_run_began_resumes_at_its_default_and_is_refused_otherwise():
+    """A run stored by a version without model.word_hash_dropout (or a trunk key) ran as their defaults: resuming it
+    with them at their defaults changes nothing; set to anything else, the key is refused like any other."""
+    from mtl_decoder.training.resume import changed_keys
+
+    stored = {"model": {"d_model": 32}, "training": {"seed": 0}}
+    same = {"model": {"d_model": 32, "word_hash_dropout": 0.0, "trunk": {"train_top": 2}}, "training": {"seed": 0}}
+    assert changed_keys(stored, same) == {}
+    other = {"model": {"d_model": 32, "word_hash_dropout": 0.5, "trunk": {"train_top": 4}}, "training": {"seed": 0}}
+    assert changed_keys(stored, other) == {
+        "model.word_hash_dropout": (None, 0.5),
+        "model.trunk.train_top": (None, 4),
+    }
+    assert changed_keys(stored, {**same, "distill": {"alpha": 0.5}}) == {"distill.alpha": (None, 0.5)}  # no default
