@@ -30,6 +30,7 @@ from doc_tables_quality import (
     PRETRAINED_DEFAULT,
     PRETRAINED_READS,
     PRETRAINED_READS_SEMEVAL,
+    PRETRAINED_TOP,
     RERUN,
     SCRATCH,
     distill_table,
@@ -65,6 +66,9 @@ TABLES: dict[str, Callable[[], Table]] = {
     ),
     "pretrained_reads": lambda: quality_table(
         "quality.json", PRETRAINED_READS, CONLL_SST2, ["CoNLL F1", "SST-2 acc"], gap=True
+    ),
+    "pretrained_top": lambda: quality_table(
+        "quality.json", PRETRAINED_TOP, CONLL_SST2, ["CoNLL F1", "SST-2 acc"], gap=True
     ),
     "pretrained_reads_semeval": lambda: quality_table(
         "quality.json", PRETRAINED_READS_SEMEVAL, SEMEVAL, ["aspect F1", "polarity acc"]
