@@ -18,6 +18,7 @@ def summary_table() -> Table:
     spacy_speed = "spacy_throughput.json"
     sixteen = throughput("smollm2_frozen_ple/best fp32")
     best = lookup("pretrained_throughput.json", "best")
+    hybrid = lookup("pretrained_throughput_hybrid.json", "best")  # its own run of the same script
     rows = [
         [
             "`ple` on the frozen SmolLM2-135M trunk, 16 blocks, fp32 (`configs/bench/smollm2_frozen.yaml`)",
@@ -25,6 +26,13 @@ def summary_table() -> Table:
             fmt(sixteen["sst2_test_accuracy"]),
             fmt(sixteen["words_per_cpu_s"], 0),
             cpu(sixteen["cpu"]),
+        ],
+        [
+            "`ple` on SmolLM2-135M, 16 blocks cached and 2 more trained (mode `hybrid`), fp32",
+            fmt(hybrid["conll2003_test_f1"]),
+            fmt(hybrid["sst2_test_accuracy"]),
+            fmt(hybrid["words_per_cpu_s"], 0),
+            cpu(hybrid["cpu"]),
         ],
         [
             f"`ple` on the frozen SmolLM2-135M trunk, {best['blocks']} blocks, `--precision {best['precision']}`",
