@@ -56,8 +56,14 @@ def carve_semeval(data_root: Path, out_dir: Path, fraction: float = 0.1, seed: i
     held = set(order[: round(fraction * len(lines))])
     out_dir.mkdir(parents=True, exist_ok=True)
     train, val = out_dir / "semeval_train.jsonl", out_dir / "semeval_validation.jsonl"
-    train.write_text("".join(lines[i] + "\n" for i in range(len(lines)) if i not in held))
-    val.write_text("".join(lines[i] + "\n" for i in range(len(lines)) if i in held))
+    for path, keep in ((train, False), (val, True)):
+        text = "".join(lines[i] + "\n" for i in range(len(lines)) if (i in held) == keep)
+        # two quality.py processes may carve at once while a run reads the files: rewrite only what differs,
+        # and by rename, so a reader never sees a half-written file
+        if not path.is_file() or path.read_text() != text:
+            partial = path.with_suffix(".partial")
+            partial.write_text(text)
+            partial.replace(path)
     return train, val
 
 

@@ -74,6 +74,10 @@ _VARIANTS: dict[str, tuple[list[str], str]] = {
         ["model.trunk.mode=hybrid", "model.trunk.layers=18", "model.trunk.train_top=2"],
         "hybrid: blocks 1-16 cached (the frozen rows' states), 17-18 upcycled and trained",
     ),
+    "hybrid4_on16": (
+        ["model.trunk.mode=hybrid", "model.trunk.layers=20", "model.trunk.train_top=4"],
+        "hybrid: blocks 1-16 cached (the frozen rows' states), 17-20 upcycled and trained",
+    ),
     "hybrid2_lora": (
         ["model.trunk.mode=hybrid", "model.trunk.train_top=2", "model.trunk.top_mode=lora"],
         "hybrid: blocks 1-14 cached, 15-16 with LoRA experts",
@@ -90,6 +94,14 @@ for _task in ("conll2003", "sst2"):
         f"smollm2_single_{_task}.yaml",
         ["model.trunk.layers=30", "model.trunk.read_layers=[16,24,30]"],
         f"smollm2_mix_16_24_30_ple's recipe, {_task} only",
+    )
+
+# the hybrid against its single-task pair on SemEval (the cheap data set: 1,500 steps)
+for _task in ("aspect", "polarity"):
+    ROWS[f"smollm2_semeval_hybrid2_on16_single_{_task}"] = (
+        f"smollm2_semeval_single_{_task}.yaml",
+        _VARIANTS["hybrid2_on16"][0],
+        f"smollm2_semeval_hybrid2_on16_ple's recipe, SemEval {_task} only",
     )
 
 ROWS.update(
@@ -112,6 +124,10 @@ ROWS.update(
 )
 
 PAIRS: dict[str, tuple[str, str]] = {
+    "smollm2_semeval_hybrid2_on16_single_aspect + smollm2_semeval_hybrid2_on16_single_polarity": (
+        "smollm2_semeval_hybrid2_on16_single_aspect",
+        "smollm2_semeval_hybrid2_on16_single_polarity",
+    ),
     "smollm2_mix_16_24_30_single_conll2003 + smollm2_mix_16_24_30_single_sst2": (
         "smollm2_mix_16_24_30_single_conll2003",
         "smollm2_mix_16_24_30_single_sst2",
