@@ -231,7 +231,10 @@ class Trainer(TrainingLoop):
         self.balancer.load(state.pop("balancer"))
         self.scheduler.load_state_dict(state.pop("scheduler"))
         self.state = TrainState.from_dict(state)
-        self._over_time_budget()  # the schedule's time fraction, before a changed lr recomputes the rate below
+        # why the last session stopped is decided again under the settings in force now: a run its time budget
+        # stopped goes on when training.max_minutes was raised (patience is re-checked as train() begins); the
+        # time fraction is also the schedule's, before a changed lr recomputes the rate below
+        self.state.stop_reason = "time_budget" if self._over_time_budget() else "done"
         if "training.lr" in honoured:  # the schedule keeps its shape around the new peak, from this step on
             lr = self.cfg.training.lr
             self.scheduler.base_lrs = [lr for _ in self.optimizer.param_groups]
