@@ -40,3 +40,18 @@ def test_each_row_validates(name):
 def test_every_pair_names_two_rows():
     for first, second in ROWS.PAIRS.values():
         assert first in ROWS.ROWS and second in ROWS.ROWS
+
+
+@pytest.mark.parametrize(
+    "recipe, row",
+    [
+        ("smollm2_hybrid.yaml", "smollm2_hybrid2_on16_ple"),
+        ("smollm2_hybrid_semeval.yaml", "smollm2_semeval_hybrid2_on16_ple"),
+    ],
+)
+def test_the_hybrid_recipe_files_are_the_rows_that_measured_them(recipe, row):
+    """The docs' figures for a recipe file come from a row built as a base config plus overrides: the same run."""
+    config, overrides, _ = ROWS.ROWS[row]
+    same_dir = ["training.output_dir=runs/x"]
+    measured = load_config(REPO / "configs" / "bench" / config, [*overrides, *same_dir])
+    assert load_config(REPO / "configs" / "bench" / recipe, same_dir).to_yaml() == measured.to_yaml()
