@@ -74,6 +74,14 @@ _VARIANTS: dict[str, tuple[list[str], str]] = {
         ["model.trunk.mode=hybrid", "model.trunk.layers=18", "model.trunk.train_top=2"],
         "hybrid: blocks 1-16 cached (the frozen rows' states), 17-18 upcycled and trained",
     ),
+    "hybrid2_on16_seed1": (
+        ["model.trunk.mode=hybrid", "model.trunk.layers=18", "model.trunk.train_top=2", "training.seed=1"],
+        "hybrid: blocks 1-16 cached, 17-18 upcycled and trained, seed 1",
+    ),
+    "hybrid2_on16_seed2": (
+        ["model.trunk.mode=hybrid", "model.trunk.layers=18", "model.trunk.train_top=2", "training.seed=2"],
+        "hybrid: blocks 1-16 cached, 17-18 upcycled and trained, seed 2",
+    ),
     "hybrid4_on16": (
         ["model.trunk.mode=hybrid", "model.trunk.layers=20", "model.trunk.train_top=4"],
         "hybrid: blocks 1-16 cached (the frozen rows' states), 17-20 upcycled and trained",
