@@ -31,6 +31,7 @@ from doc_tables_quality import (
     PRETRAINED_READS,
     PRETRAINED_READS_SEMEVAL,
     PRETRAINED_TOP,
+    PRETRAINED_TOP_SEMEVAL,
     RERUN,
     SCRATCH,
     distill_table,
@@ -72,6 +73,9 @@ TABLES: dict[str, Callable[[], Table]] = {
     ),
     "pretrained_reads_semeval": lambda: quality_table(
         "quality.json", PRETRAINED_READS_SEMEVAL, SEMEVAL, ["aspect F1", "polarity acc"]
+    ),
+    "pretrained_top_semeval": lambda: quality_table(
+        "quality.json", PRETRAINED_TOP_SEMEVAL, SEMEVAL, ["aspect F1", "polarity acc"]
     ),
     "pretrained_default_semeval": lambda: quality_table(
         "quality.json", semeval_names("smollm2_default_"), SEMEVAL, ["aspect F1", "polarity acc"]

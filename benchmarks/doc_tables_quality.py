@@ -173,8 +173,26 @@ PRETRAINED_READS = [
 """Which blocks the PLE layers read, on one CPU and one build: block 16 or 12 alone, two mixes, a concatenation."""
 PRETRAINED_TOP = ["smollm2_frozen_ple", "smollm2_hashdrop_ple", "smollm2_hybrid2_on16_ple"]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, the top blocks trained."""
-PRETRAINED_READS_SEMEVAL = ["smollm2_semeval_ple", "smollm2_default_semeval_ple", "smollm2_semeval_concat_8_16_24_ple"]
-"""The same question on SemEval-2014: block 16 alone, the 8/16/24 mix, the three blocks concatenated."""
+PRETRAINED_READS_SEMEVAL = [
+    "smollm2_semeval_ple",
+    "smollm2_default_semeval_ple",
+    "smollm2_semeval_concat_8_16_24_ple",
+    "smollm2_semeval_b24_ple",
+    "smollm2_semeval_b30_ple",
+]
+"""The same question on SemEval-2014: block 16 alone, the 8/16/24 mix, the three blocks concatenated, and how deep
+(block 24 or all 30 alone)."""
+PRETRAINED_TOP_SEMEVAL = [
+    "smollm2_semeval_ple",
+    "smollm2_semeval_hybrid2_on16_ple",
+    "smollm2_semeval_hybrid2_on16_seed1_ple",
+    "smollm2_semeval_hybrid2_on16_seed2_ple",
+    "smollm2_semeval_hybrid4_on16_ple",
+    "smollm2_semeval_hybrid2_on16_single_aspect",
+    "smollm2_semeval_hybrid2_on16_single_polarity",
+]
+"""On block 16's states on SemEval-2014: frozen, two top blocks trained (three seeds) or four, the hybrid's
+single-task pair."""
 PRETRAINED_ABLATIONS = [
     "smollm2_conll_first_causal",
     "smollm2_conll_last_causal",
