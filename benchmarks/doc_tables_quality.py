@@ -28,7 +28,7 @@ def summary_table() -> Table:
             cpu(sixteen["cpu"]),
         ],
         [
-            "`ple` on SmolLM2-135M, 16 blocks cached and 2 more trained (mode `hybrid`), fp32",
+            "`ple` on SmolLM2-135M, 16 blocks cached and 2 more trained, fp32 (`configs/bench/smollm2_hybrid.yaml`)",
             fmt(hybrid["conll2003_test_f1"]),
             fmt(hybrid["sst2_test_accuracy"]),
             fmt(hybrid["words_per_cpu_s"], 0),
