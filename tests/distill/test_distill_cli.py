@@ -32,13 +32,17 @@ TEACHER = {
     "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "expert_hidden": 32, "n_shared_experts": 2,
               "n_task_experts": 1, "dropout": 0.0, "attention": "bidirectional", "tagging_decoder": "crf"},
     "tokenizer": {"vocab_size": 1000, "min_frequency": 1},
-    "training": {"max_steps": 300, "eval_every": 300, "lr": 5e-3, "progress": False, "log_every": 100},
+    "training": {"max_steps": 600, "eval_every": 600, "lr": 5e-3, "progress": False, "log_every": 100},
 }  # fmt: skip
+# Long enough that both models learn sentiment at all: at 300 teacher / 200 student steps the teacher was near chance
+# (0.61) and neither student had moved from uniform, so the sentiment agreement was a coin toss that one CPU's
+# rounding decided. Here the distilled student agrees with the teacher on 0.71-0.78 of the texts against the gold
+# student's 0.51-0.53 (seeds 0 and 1), far from the 0.03 the test asks.
 STUDENT = {
     "model": {"d_model": 24, "n_layers": 2, "n_heads": 2, "expert_hidden": 16, "n_shared_experts": 1,
               "dropout": 0.0, "attention": "bidirectional"},
     "tokenizer": {"vocab_size": 500, "min_frequency": 1},
-    "training": {"max_steps": 200, "eval_every": 200, "lr": 5e-3, "progress": False, "log_every": 100},
+    "training": {"max_steps": 400, "eval_every": 400, "lr": 5e-3, "progress": False, "log_every": 100},
 }  # fmt: skip
 
 
