@@ -26,6 +26,7 @@ def run_evaluate(args: argparse.Namespace) -> None:
             cache_states=args.cache_states,
             cache_dir=args.cache_dir,
             max_tokens=args.max_tokens,
+            train_data=args.train_data or None,
         )
     if not is_main_process():  # under a launcher the main process reports for all
         return
@@ -58,6 +59,14 @@ def add_evaluate(sub) -> None:
         metavar="TASK=PATH",
         help="evaluate TASK on PATH (read with the task's columns) instead of its split; repeatable; "
         "without --tasks only the tasks given here are evaluated",
+    )
+    p.add_argument(
+        "--train-data",
+        action="append",
+        default=[],
+        metavar="TASK=PATH",
+        help="training file of a tagging TASK whose entities count as seen, for F1 on entities seen and unseen in "
+        "training (default: the run's own train file, where it is still there); repeatable",
     )
     p.add_argument("--output", help="output directory (default: MODEL/eval-SPLIT)")
     p.add_argument("--batch-size", type=int, help="examples per batch")

@@ -9,8 +9,6 @@ so ``--split validation`` on RUN/best reproduces RUN/best/info.json exactly. Wri
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import json
 import sys
 from collections.abc import Iterable, Mapping
@@ -25,6 +23,7 @@ from mtl_decoder.config import SPLITS, ExperimentConfig, TaskConfig, parse_task_
 from mtl_decoder.data.tasks import Source, check_labels, load_split, source_key
 from mtl_decoder.errors import UserError, did_you_mean
 from mtl_decoder.evaluation.metrics import selection_score
+from mtl_decoder.evaluation.novelty import Analyser, replace_split, training_surfaces
 from mtl_decoder.evaluation.report import render_report
 from mtl_decoder.evaluation.scoring import score_sources
 from mtl_decoder.evaluation.utilisation import COVERAGE, UtilisationTracker
@@ -75,6 +74,7 @@ def evaluate(
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
     max_tokens: int | None = None,
+    train_data: Mapping[str, str | Path] | Iterable[str] | None = None,
 ) -> EvalResult:
     """Evaluate the model in ``model_dir`` on ``split`` (the files the run's task files name for it).
 
@@ -90,6 +90,8 @@ def evaluate(
     ``progress``: a progress bar of examples on stderr (None: only when stderr is a terminal).
     ``max_tokens``: a batch's padded sub-words at most (None: the model's default, Predictor.default_max_tokens;
     0: rows only); the metrics do not depend on it beyond float rounding.
+    ``train_data``: task -> training file (or "TASK=PATH" strings) whose entities count as seen, for the seen/unseen
+    F1 of tagging tasks (default: the run's own train split, where that file is still there; see novelty.py).
 
     Under a launcher (torchrun, accelerate launch) each process predicts its blocks of every source on its own
     device (``device`` is then each process's own); the predictions and the gate statistics are gathered, so the
@@ -111,6 +113,7 @@ def evaluate(
     saved = load_model(model_dir, processes.device if processes.device is not None else device)
     cfg = saved.config
     overrides = parse_data(data, list(cfg.tasks))
+    train_files = parse_data(train_data, list(cfg.tasks), flag="--train-data")
     names = select_tasks(tasks, overrides, list(cfg.tasks))
     task_cfgs = with_overrides(cfg, split, overrides)
     for name in names:
@@ -121,6 +124,8 @@ def evaluate(
             )
 
     sources = load_split(task_cfgs, split, names, repair_iob=cfg.data.repair_iob)
+    seen, novelty_notes = training_surfaces(cfg.tasks, names, train_files, cfg.data.repair_iob)
+    analysis = Analyser(seen)
     for source in sources:
         check_labels(source, saved.label_sets, split)
     tracker = UtilisationTracker(saved.model, cfg.evaluation.position_buckets, cfg.evaluation.dead_expert_fraction)
@@ -132,7 +137,7 @@ def evaluate(
     total = sum(len(s.examples) for s in sources)
     with tqdm(total=total, desc="evaluate", unit=" examples", disable=not show, delay=1.0, file=sys.stderr) as bar:
         predictor.progress = bar.update
-        scored = score_sources(predictor, sources, task_cfgs, saved.label_sets, names, tracker, distribute)
+        scored = score_sources(predictor, sources, task_cfgs, saved.label_sets, names, tracker, distribute, analysis)
     predictor.progress = None
     if processes.world > 1:
         tracker.merge(processes.all_gather(tracker.stats))
@@ -148,6 +153,7 @@ def evaluate(
         "summary": _summary(cfg, task_metrics),
         "tasks": task_metrics,
         "experts": tracker.summary(),
+        "analysis": analysis.results,
         "settings": {
             "ffn": cfg.model.ffn,
             "batch_size": batch_size or cfg.data.eval_batch_size,
@@ -158,7 +164,7 @@ def evaluate(
             "initial_shared_weight": cfg.model.initial_shared_weight,
             "coverage": COVERAGE,
         },
-        "notes": tracker.notes(),
+        "notes": tracker.notes() + novelty_notes,
     }
     if processes.is_main:
         write_outputs(metrics, out_dir)
@@ -169,7 +175,9 @@ def evaluate(
 # ------------------------------------------------------------------------------------------------ arguments
 
 
-def parse_data(data: Mapping[str, str | Path] | Iterable[str] | None, known: list[str]) -> dict[str, str]:
+def parse_data(
+    data: Mapping[str, str | Path] | Iterable[str] | None, known: list[str], flag: str = "--data"
+) -> dict[str, str]:
     """task -> path from a mapping or "TASK=PATH" strings; unknown tasks, bad pairs and repeats are errors."""
     if not data:
         return {}
@@ -180,14 +188,14 @@ def parse_data(data: Mapping[str, str | Path] | Iterable[str] | None, known: lis
         for item in data:
             task, sep, path = str(item).partition("=")
             if not sep or not task.strip() or not path.strip():
-                raise UserError(f"--data '{item}': expected TASK=PATH, e.g. --data {known[0]}=my_test.jsonl")
+                raise UserError(f"{flag} '{item}': expected TASK=PATH, e.g. {flag} {known[0]}=my_file.jsonl")
             pairs.append((task.strip(), path.strip()))
     out: dict[str, str] = {}
     for task, path in pairs:
         if task not in known:
-            raise UserError(f"--data: unknown task '{task}' (tasks: {', '.join(known)}){did_you_mean(task, known)}")
+            raise UserError(f"{flag}: unknown task '{task}' (tasks: {', '.join(known)}){did_you_mean(task, known)}")
         if task in out and out[task] != path:
-            raise UserError(f"--data: task '{task}' given twice ({out[task]} and {path})")
+            raise UserError(f"{flag}: task '{task}' given twice ({out[task]} and {path})")
         out[task] = path
     return out
 
@@ -208,9 +216,7 @@ def with_overrides(cfg: ExperimentConfig, split: str, overrides: dict[str, str])
     columns, labels and kind unchanged, so the file is read exactly as the task's own split would be)."""
     tasks = dict(cfg.tasks)
     for name, path in overrides.items():
-        task = copy.deepcopy(cfg.tasks[name])
-        task.data = dataclasses.replace(task.data, hub_id=None, hub_config=None, **{split: path})
-        tasks[name] = task
+        tasks[name] = replace_split(cfg.tasks[name], split, path)
     return tasks
 
 

@@ -64,7 +64,7 @@ def render_report(metrics: dict[str, Any], plots: list[str] | None = None) -> st
     score = metrics["summary"]["selection_score"]
     out += [f"Selection score (weighted mean of the primary metrics, marked \\*): **{score:.4f}**", ""]
     for name, m in metrics["tasks"].items():
-        out += _task_section(name, m)
+        out += _task_section(name, m) + _novelty_section(name, metrics.get("analysis", {}).get(name, {}))
     out += _experts_section(metrics)
     if plots:
         out += ["## Plots", ""]
@@ -86,6 +86,27 @@ def _task_section(name: str, m: dict[str, Any]) -> list[str]:
         ["gold \\ predicted", *cm["labels"]], [[g, *r] for g, r in zip(cm["labels"], cm["matrix"], strict=True)]
     )
     return out
+
+
+def _novelty_section(name: str, m: dict[str, Any]) -> list[str]:
+    """Entities seen and unseen in training (overall and per type), and the hard slices, where measured."""
+    out: list[str] = []
+    novelty = m.get("novelty")
+    if novelty:
+        share = novelty["unseen_share"]
+        out += [f"## {name}: entities seen and unseen in training ({share:.1%} of gold entities unseen)", ""]
+        rows = [["all", side, *_prf_cells(novelty[side])] for side in ("seen", "unseen")]
+        rows += [[t, side, *_prf_cells(r[side])] for t, r in novelty["per_type"].items() for side in ("seen", "unseen")]
+        out += _table(["type", "in training", "precision", "recall", "f1", "gold", "predicted"], rows)
+    if m.get("slices"):
+        out += [f"## {name}: hard slices", ""]
+        rows = [[s, r["sentences"], r["precision"], r["recall"], r["f1"], r["support"]] for s, r in m["slices"].items()]
+        out += _table(["slice", "sentences", "precision", "recall", "f1", "support"], rows)
+    return out
+
+
+def _prf_cells(r: dict[str, Any]) -> list[Any]:
+    return [r["precision"], r["recall"], r["f1"], r["support"], r["predicted"]]
 
 
 def _experts_section(metrics: dict[str, Any]) -> list[str]:

@@ -10,6 +10,9 @@ from mtl_decoder.data.tasks import Example, Source
 from mtl_decoder.evaluation.metrics import task_metrics
 from mtl_decoder.inference import Prediction, Predictor
 
+Analyse = Callable[[TaskConfig, list[Example], list, list], None]
+"""``analyse(task, examples, gold, predicted)``: called once per scored task, for analyses beyond its metrics."""
+
 Distribute = Callable[[list[Example], Callable[[list[Example]], list[Prediction]]], list[Prediction]]
 """``distribute(examples, run)``: predictions for all ``examples`` in order, however they are computed. The
 default runs them here; training shards them across processes (each runs its share) and gathers."""
@@ -37,6 +40,7 @@ def score_sources(
     only: list[str] | None = None,
     on_batch: Callable | None = None,
     distribute: Distribute | None = None,
+    analyse: Analyse | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Metrics per task for the sources of one split (each source predicted once for all its tasks)."""
     metrics: dict[str, dict[str, Any]] = {}
@@ -50,4 +54,6 @@ def score_sources(
         for name in names:
             gold, pred = gold_and_predicted(tasks[name], source.examples, preds)
             metrics[name] = task_metrics(tasks[name], gold, pred, label_sets[name])
+            if analyse is not None:
+                analyse(tasks[name], source.examples, gold, pred)
     return metrics

@@ -171,7 +171,7 @@ def _assert_metrics_match(got: dict[str, dict], reference: dict[str, dict]) -> N
 def test_metrics_json_schema(test_eval: EvalResult):
     m = json.loads((test_eval.output_dir / "metrics.json").read_text())
     assert m == test_eval.metrics
-    assert set(m) == {"model", "split", "data", "summary", "tasks", "experts", "settings", "notes"}
+    assert set(m) == {"model", "split", "data", "summary", "tasks", "analysis", "experts", "settings", "notes"}
     assert m["split"] == "test" and m["notes"] == []
     assert set(m["summary"]) == {"selection_score", "primary"}
     assert m["summary"]["primary"]["ner"]["metric"] == "f1"
