@@ -18,7 +18,6 @@ from mtl_decoder.inference.gate_table import (
     GateTable,
     check_settings,
     gates_of,
-    route_plan,
     weights_sha256,
 )
 from mtl_decoder.model import ExpertBlock, ExpertGroup, RouteLayout
@@ -83,22 +82,19 @@ class _TableBlock:
             self.entries[name] = (entry.edges.float(), bounds, entry.means.float(), entry.low, entry.high)
         self.experts: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
-    # the plan: per gate, its input rows of x and, per weight column, (expert group, expert, rows of x it reads)
-
     def __call__(self, x: torch.Tensor, layout: RouteLayout, fork: bool = False):
         block = self.block
         M_in = x.shape[0]
         device = x.device
-        plan = route_plan(block, M_in, layout, fork, device)
+        plan = [(route, route.columns()) for route in block.route_plan(layout, fork)]  # the block's own routes
         gates: dict[str, torch.Tensor] = {}
         needed: dict[tuple[int, int], torch.Tensor] = {}
         possible: dict[tuple[int, int], torch.Tensor] = {}
-        for entry in plan:
-            if len(entry) == 2:
+        for route, cols in plan:
+            if route.gate is None:
                 continue
-            name, rows, cols = entry
-            weights = self._weights(name, x[rows], block)
-            gates[name] = weights
+            weights = self._weights(route.name, x[route.rows], block)
+            gates[route.name] = weights
             for j, (group, e, col_rows) in enumerate(cols):
                 key = (id(group), e)
                 if key not in needed:
@@ -108,10 +104,8 @@ class _TableBlock:
                 possible[key][col_rows] = True
 
         outputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-        for entry in plan:
-            if len(entry) == 2:
-                continue
-            for group, e, _ in entry[2]:
+        for _, cols in plan:
+            for group, e, _ in cols:
                 key = (id(group), e)
                 if key in outputs:
                     continue
@@ -122,14 +116,13 @@ class _TableBlock:
                 self.stats.expert_rows += int(possible[key].sum())
                 self.stats.expert_rows_run += len(idx)
 
-        outs = []
-        for entry in plan:
-            if len(entry) == 2:
-                outs.append(x.new_zeros(entry[1], x.shape[1]))  # ple's last layer: nothing reads the shared route
+        outs = []  # each route's mix (gates.mix_experts), expert by expert on the rows that kept it
+        for route, cols in plan:
+            out = x.new_zeros(len(route.rows), x.shape[1])
+            if route.gate is None:  # ple's last layer: nothing reads the shared route
+                outs.append(out)
                 continue
-            name, rows, cols = entry
-            weights = gates[name]
-            out = x.new_zeros(len(rows), x.shape[1])
+            weights = gates[route.name]
             for j, (group, e, col_rows) in enumerate(cols):
                 y, inverse = outputs[(id(group), e)]
                 if len(y) == 0:  # no token reads this expert here

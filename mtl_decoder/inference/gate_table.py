@@ -36,7 +36,7 @@ from safetensors.torch import load_file, save_file
 from mtl_decoder.config import SHARED
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_json, temporary_sibling
-from mtl_decoder.model import ExpertBlock, Gate, RouteLayout
+from mtl_decoder.model import ExpertBlock, Gate
 from mtl_decoder.saved import WEIGHTS_FILE, SavedModel
 
 FORMAT = 1
@@ -200,40 +200,6 @@ def weights_sha256(saved: SavedModel) -> str | None:
 
 # ------------------------------------------------------------------------------------------ building
 
-Plan = list[tuple[str, torch.Tensor, list[tuple[Any, int, torch.Tensor]]] | tuple[str, int]]
-"""An expert block's routes in output order: (gate name, the rows of the block's input the gate reads, and per
-weight column (expert group, expert, the rows of the input that expert reads for it)), or (SHARED, rows) for ple's
-last layer, whose shared route gets no update."""
-
-
-def route_plan(block: ExpertBlock, M_in: int, layout: RouteLayout, fork: bool, device: torch.device) -> Plan:
-    """What ``ExpertBlock.forward(x, layout, fork)`` computes, gate by gate (see ``ExpertBlock``: ple's routes hold
-    the same tokens in the same order; at a fork every route reads the bottom's tokens)."""
-    everyone = torch.arange(M_in, device=device)
-
-    def columns(group, rows: torch.Tensor) -> list[tuple[Any, int, torch.Tensor]]:
-        return [(group, e, rows) for e in range(group.n_experts)]
-
-    plan: Plan = []
-    if block.variant.shared_route:
-        shared_rows = everyone if fork else everyone[layout.tokens(SHARED)]
-        task_rows = {}
-        for name in (n for n in layout.names if n != SHARED):
-            task_rows[name] = everyone if fork else everyone[layout.tokens(name)]
-            cols = columns(block.task_experts[name], task_rows[name]) + columns(block.shared, shared_rows)
-            plan.append((name, task_rows[name], cols))
-        if block.shared_gate is not None:
-            cols = [c for n in task_rows for c in columns(block.task_experts[n], task_rows[n])]
-            plan.append((SHARED, shared_rows, cols + columns(block.shared, shared_rows)))
-        else:
-            plan.append((SHARED, len(shared_rows)))
-    else:
-        for r, name in enumerate(layout.names):
-            rows = everyone[layout.reads(r, fork)]
-            cols = columns(block.task_experts[name], rows) if name in block.task_experts else []
-            plan.append((name, rows, cols + columns(block.shared, rows)))
-    return plan
-
 
 def gates_of(model) -> list[tuple[int, str, Gate, ExpertBlock]]:
     out = []
@@ -277,10 +243,10 @@ def build_gate_table(
             layout = args[1] if len(args) > 1 else kwargs["layout"]
             fork = args[2] if len(args) > 2 else kwargs.get("fork", False)
             weights = output[1]
-            for entry in route_plan(module, x.shape[0], layout, fork, x.device):
-                if len(entry) == 3 and entry[0] in weights:
-                    norms = x[entry[1]].detach().float().norm(dim=-1).cpu()
-                    seen[(layer, entry[0])].append((norms, weights[entry[0]].detach().float().cpu()))
+            for route in module.route_plan(layout, fork):
+                if route.name in weights:
+                    norms = x[route.rows].detach().float().norm(dim=-1).cpu()
+                    seen[(layer, route.name)].append((norms, weights[route.name].detach().float().cpu()))
 
         handles.append(block.register_forward_hook(record, with_kwargs=True))
     records = 0

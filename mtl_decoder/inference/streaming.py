@@ -284,23 +284,10 @@ class StreamTagger:
     def _viterbi(self, task: str, emissions: torch.Tensor, final: bool) -> list[int]:
         """The best path over ``emissions`` (W, L) that continues from the tag last emitted (the CRF's start scores
         before the first word); the end scores only at the end of the stream."""
-        crf = self.model.crfs[task]
-        start, trans = crf._scores()
         prev = self.last_tag[task]
-        score = (start if prev is None else trans[prev]) + emissions[0]
-        back = []
-        for w in range(1, len(emissions)):
-            best, idx = (score.unsqueeze(1) + trans).max(dim=0)
-            score = best + emissions[w]
-            back.append(idx)
-        if final:
-            score = score + crf.end
-        tag = int(score.argmax())
-        path = [tag]
-        for idx in reversed(back):
-            tag = int(idx[tag])
-            path.append(tag)
-        return path[::-1]
+        after = torch.tensor([-1 if prev is None else prev], device=emissions.device)
+        mask = torch.ones(1, len(emissions), dtype=torch.bool, device=emissions.device)
+        return self.model.crfs[task].decode(emissions.unsqueeze(0), mask, after, end=final)[0]
 
 
 def stream_tags(

@@ -53,12 +53,18 @@ class CRF(nn.Module):
         return torch.logsumexp(alpha + self.end, dim=1) - gold
 
     @torch.no_grad()
-    def decode(self, emissions: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
-        """Viterbi: the best tag sequence of each (prefix-masked) sequence, all rows at once."""
+    def decode(
+        self, emissions: torch.Tensor, mask: torch.Tensor, after: torch.Tensor | None = None, end: bool = True
+    ) -> list[list[int]]:
+        """Viterbi: the best tag sequence of each (prefix-masked) sequence, all rows at once. emissions (n, W, L);
+        mask (n, W). ``after`` (n,): the tag each row continues from (its transition scores replace the start
+        scores; -1: the row starts a sequence); ``end`` False leaves out the end scores (a sequence that goes on)."""
         emissions = emissions.float()
         start, trans = self._scores()
         n, W, L = emissions.shape
         identity = torch.arange(L, device=emissions.device).expand(n, L)
+        if after is not None:
+            start = torch.where((after >= 0).unsqueeze(1), trans[after.clamp(min=0)], start)
         score = start + emissions[:, 0]  # (n, L)
         history = []  # step w: the best tag at w-1 for each tag at w (identity past a row's end)
         for w in range(1, W):
@@ -66,7 +72,7 @@ class CRF(nn.Module):
             keep = mask[:, w].unsqueeze(1)
             score = torch.where(keep, best + emissions[:, w], score)
             history.append(torch.where(keep, idx, identity))
-        tag = (score + self.end).argmax(dim=1)  # (n,): the last tag of every row (held constant past its end)
+        tag = (score + self.end if end else score).argmax(dim=1)  # (n,): every row's last tag (constant past its end)
         tags = [tag]
         for idx in reversed(history):
             tag = idx.gather(1, tag.unsqueeze(1)).squeeze(1)

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mtl_decoder.config import SHARED, VARIANTS, Variant
+from mtl_decoder.model.gates import GateRoute, gate_weights, mix_experts
 from mtl_decoder.model.kernels import GateMix, GatePlan, ProgressiveBlock, ProgressiveMix, SwiGLUExperts
 
 
@@ -162,14 +162,8 @@ class Gate(nn.Module):
                 self.proj.bias[self.n_own :] = shared_logit_bias(self.initial_shared_weight, self.n_own, self.n_shared)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(x.device.type, enabled=False):
-            logits = F.linear(x.float(), self.proj.weight.float(), self.proj.bias.float())
-            return logits.softmax(dim=-1)  # (M, E)
-
-
-def mix(weights: torch.Tensor, outputs: list[torch.Tensor]) -> torch.Tensor:
-    """sum_e weights[:, e] * expert_e, where ``outputs`` are (E_i, M, C) pieces in the gate's expert order."""
-    return GateMix.apply(weights, *outputs)
+        """(M, C) -> (M, E) float32 weights (``gates.gate_weights``)."""
+        return gate_weights(x, self.proj.weight, self.proj.bias)
 
 
 def _cat(outs: list[torch.Tensor]) -> torch.Tensor:
@@ -235,7 +229,7 @@ class ExpertBlock(nn.Module):
             pieces = [y_route]
             if name in self.task_experts:
                 pieces.insert(0, self.task_experts[name](x_route))
-            outs.append(mix(weights, pieces))
+            outs.append(GateMix.apply(weights, *pieces))  # mix_experts, without the (E, M, C) concatenation
             gates[name] = weights
         return _cat(outs), gates
 
@@ -248,13 +242,11 @@ class ExpertBlock(nn.Module):
         their route's tokens only. A handful of operations whatever the number of tasks."""
         Mb, names = x.shape[0], layout.names
         gates = [self.task_gates[n] for n in names]
-        n_own, n_s = gates[0].n_own, gates[0].n_shared
+        n_own = gates[0].n_own
         everyone = torch.arange(Mb, device=x.device)
         reads = [everyone if i is None else i for i in layout.bottom_token]
-        with torch.autocast(x.device.type, enabled=False):
-            weight = torch.cat([g.proj.weight for g in gates]).float()
-            bias = torch.cat([g.proj.bias for g in gates]).float()
-            probs = F.linear(x.float(), weight, bias).view(Mb, len(names), n_own + n_s).softmax(-1)  # (Mb, G, E)
+        weight, bias = torch.stack([g.proj.weight for g in gates]), torch.stack([g.proj.bias for g in gates])
+        probs = gate_weights(x, weight, bias)  # (Mb, G, E)
         flat = torch.cat([r * Mb + i for r, i in enumerate(reads)])  # each route's tokens among (gate, bottom token)
         mixed = torch.einsum("mge,emc->gmc", probs[..., n_own:].to(y_shared.dtype), y_shared)  # (G, Mb, C)
         out = mixed.reshape(len(names) * Mb, -1).index_select(0, flat)  # (M, C), route by route
@@ -267,7 +259,7 @@ class ExpertBlock(nn.Module):
                 1,
             )
             w_own = probs.transpose(0, 1).reshape(len(names) * Mb, -1).index_select(0, flat)[:, :n_own]
-            out = out + torch.einsum("me,emc->mc", w_own.to(y_own.dtype), y_own)
+            out = out + mix_experts(w_own, y_own)
         return out, {n: probs[:, r].index_select(0, i) for r, (n, i) in enumerate(zip(names, reads, strict=True))}
 
     def _progressive(
@@ -326,6 +318,27 @@ class ExpertBlock(nn.Module):
             )
             self._plans[key] = plan
         return plan
+
+    def route_plan(self, layout: RouteLayout, fork: bool = False) -> list[GateRoute]:
+        """What ``forward(x, layout, fork)`` computes, route by route in its output order: each gate, the rows of x
+        it reads and the expert groups it mixes (ple: the routes' packed spans align row by row, and the shared gate
+        mixes every task's experts on their own routes; at a fork every route reads the bottom's tokens, x's rows)."""
+        n_in = len(layout.bottom.token_index) if fork else len(layout.token_index)
+        everyone = torch.arange(n_in, device=layout.token_index.device)
+        if not self.variant.shared_route:
+            plan = []
+            for r, name in enumerate(layout.names):
+                rows = everyone[layout.reads(r, fork)]
+                own = [(self.task_experts[name], rows)] if name in self.task_experts else []
+                plan.append(GateRoute(name, rows, self.task_gates[name], [*own, (self.shared, rows)]))
+            return plan
+        rows = {name: everyone if fork else everyone[layout.tokens(name)] for name in layout.names}
+        tasks = [name for name in layout.names if name != SHARED]
+        own = {t: (self.task_experts[t], rows[t]) for t in tasks}
+        shared = (self.shared, rows[SHARED])
+        plan = [GateRoute(t, rows[t], self.task_gates[t], [own[t], shared]) for t in tasks]
+        mixed = [*own.values(), shared] if self.shared_gate is not None else []
+        return [*plan, GateRoute(SHARED, rows[SHARED], self.shared_gate, mixed)]
 
     def expert_names(self, gate: str, tasks: list[str]) -> list[str]:
         """The experts a gate mixes, in its weight order."""

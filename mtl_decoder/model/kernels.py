@@ -1,9 +1,10 @@
 """The expert blocks' arithmetic with forward and backward written out by hand (torch.autograd.Function): what
 autograd would do, without its temporaries. tests/model/test_model_expert_block.py checks their gradients against a
-per-route plain-autograd reference, in fp32 and bf16; experts.py holds the modules that use them.
+per-route plain-autograd reference, in fp32 and bf16, and tests/model/test_model_gates.py against gates.py's
+gate-and-mix reference in float64; experts.py holds the modules that use them.
 
     SwiGLUExperts     E SwiGLU experts on the same tokens (ExpertGroup)
-    GateMix           one gate's weighted sum of expert outputs (cgc, mmoe)
+    GateMix           one gate's weighted sum of expert outputs (cgc, mmoe): gates.mix_experts, no concatenation
     ProgressiveMix    every gate of a ple layer and its mix, over any expert modules
     ProgressiveBlock  a whole ple layer of SwiGLU expert groups and its gates, matmuls grouped across routes
 """

@@ -15,8 +15,16 @@ from mtl_decoder.config import VARIANTS
 from mtl_decoder.errors import UserError
 from mtl_decoder.inference import Predictor
 from mtl_decoder.inference.gate_apply import _TableBlock, apply_gate_table, remove_gate_table
-from mtl_decoder.inference.gate_table import GateStats, GateTable, _bucket, build_gate_table, table_paths
-from mtl_decoder.model import Gate
+from mtl_decoder.inference.gate_table import (
+    GateEntry,
+    GateStats,
+    GateTable,
+    _bucket,
+    build_gate_table,
+    table_paths,
+)
+from mtl_decoder.model import SHARED, ExpertBlock, Gate, RouteLayout
+from mtl_decoder.model.gates import reference_forward
 from mtl_decoder.saved import load_model
 
 GATED = [name for name, v in VARIANTS.items() if v.gated]
@@ -99,6 +107,51 @@ def test_a_token_inside_a_bucket_reads_its_mean_and_one_near_an_edge_runs_the_ga
     assert torch.allclose(table._weights("a", x[:1], Block()), torch.tensor([[1.0, 0.0]]))
     table.threshold, table.margin = 0.0, 0.5  # --edge-margin 0.5: every token's real gate
     assert torch.allclose(table._weights("a", x, Block()), torch.full((4, 2), 0.5))
+
+
+def _block(variant: str, shared_gate: bool, fork: bool) -> tuple[ExpertBlock, torch.Tensor, RouteLayout]:
+    """A float64 expert block with random weights and peaked gates, and a layout of four examples (cgc/mmoe: routes
+    that overlap); at a fork x holds the shared bottom's tokens."""
+    torch.manual_seed(0)
+    block = ExpertBlock(variant, ["a", "b", "c"], 6, 2, 3, 4, 0.6, shared_gate).double()
+    with torch.no_grad():
+        for p in block.parameters():
+            p.normal_(0, 0.5)
+        for gate in [*block.task_gates.values(), block.shared_gate]:
+            if gate is not None:
+                gate.proj.weight.mul_(4.0)
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    everyone = torch.arange(4)
+    routes = {"a": everyone, "c": torch.tensor([1, 2])}
+    if block.variant.shared_route:
+        routes = {"a": everyone, "b": everyone, "c": everyone, SHARED: everyone}
+    layout = RouteLayout.build(routes, mask, fork=fork)
+    rows = layout.bottom.token_index if fork else layout.token_index
+    return block, torch.randn(len(rows), 6, dtype=torch.float64), layout
+
+
+@pytest.mark.parametrize(
+    ("variant", "shared_gate", "fork"),
+    [("ple", True, False), ("ple", False, True), ("cgc", True, False), ("cgc", True, True), ("mmoe", True, True)],
+)
+def test_the_tables_sparse_mix_equals_the_reference_mix_of_its_weights(variant, shared_gate, fork):
+    """The table's expert-by-expert execution (each expert only on the tokens that kept it) against the reference
+    block (model/gates.py) mixing every expert with the same weights, in float64: the experts it skipped weigh 0."""
+    block, x, layout = _block(variant, shared_gate, fork)
+    entries = {}
+    for route in block.route_plan(layout, fork):
+        if route.gate is not None:  # an empty sample range: every token runs its real gate
+            experts = block.expert_names(route.name, ["a", "b", "c"])
+            uniform = torch.full((1, len(experts)), 1 / len(experts))
+            entries[route.name] = GateEntry(torch.zeros(0), math.inf, -math.inf, uniform, torch.ones(1), experts)
+    stats = GateStats()
+    with torch.no_grad():
+        out, gates = _TableBlock(block, entries, threshold=0.2, margin=0.1, stats=stats)(x, layout, fork)
+        ref, _ = reference_forward(block, x, layout, fork, weights=gates)
+    assert out.dtype == torch.float64 and out.abs().max() > 1e-2
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+    assert 0 < stats.expert_rows_run < stats.expert_rows  # experts were skipped
+    assert all(bool(((w == 0) | (w >= 0.2)).all()) for w in gates.values())
 
 
 def test_files_round_trip_without_pickles_and_are_refused_on_another_model(tmp_path):

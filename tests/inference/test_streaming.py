@@ -4,15 +4,18 @@ for the same text as one record, the CRF look-ahead, the sliding window past the
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import random
 
 import pytest
+import torch
 from stream_testkit import FEATURES, saved_model
 
 from mtl_decoder.cli import main
 from mtl_decoder.errors import UserError
 from mtl_decoder.inference.streaming import StreamTagger, stream_tags
+from mtl_decoder.model.crf import iob2_allowed
 from mtl_decoder.prediction import predict_texts
 from mtl_decoder.saved import load_model
 
@@ -107,6 +110,40 @@ def test_crf_lookahead_delays_words_and_a_long_one_equals_predict(crf_model):
         for prev, tag in zip(["O", *tags], tags, strict=False):
             if tag.startswith("I-"):
                 assert prev[2:] == tag[2:], f"{prev} -> {tag}"
+
+
+def test_every_crf_window_is_the_best_path_that_continues_the_emitted_tags(crf_model):
+    """Each look-ahead window's path against every IOB2 tag sequence scored by hand: it follows the tag emitted
+    before the window (the start scores before the first word), with the end scores only at the end of the stream."""
+    tagger = StreamTagger(crf_model, "ner", lookahead=2)
+    crf, labels = crf_model.model.crfs["ner"], tagger.labels["ner"]
+    start_ok, trans_ok = iob2_allowed(labels)
+    windows = []
+    viterbi = tagger._viterbi
+
+    def recorded(task: str, emissions: torch.Tensor, final: bool) -> list[int]:
+        windows.append((emissions.clone(), tagger.last_tag[task], final, viterbi(task, emissions, final)))
+        return windows[-1][3]
+
+    tagger._viterbi = recorded
+    for word in TEXTS[0].split(" ")[:7]:
+        tagger.feed(word + " ")
+    tagger.finish()
+
+    def score(emissions: torch.Tensor, tags: tuple[int, ...], prev: int | None, final: bool) -> float:
+        ok = start_ok[tags[0]] if prev is None else trans_ok[prev, tags[0]]
+        s = (crf.start[tags[0]] if prev is None else crf.transitions[prev, tags[0]]) + (0 if ok else -1e4)
+        for a, b in itertools.pairwise(tags):
+            s = s + crf.transitions[a, b] + (0 if trans_ok[a, b] else -1e4)
+        s = s + sum(emissions[w, t] for w, t in enumerate(tags))
+        return float(s + crf.end[tags[-1]] if final else s)
+
+    assert len(windows) > 3 and windows[-1][2] and not windows[0][2]
+    with torch.no_grad():
+        for emissions, prev, final, path in windows:
+            paths = itertools.product(range(len(labels)), repeat=len(emissions))
+            best = max(paths, key=lambda p, e=emissions, q=prev, f=final: score(e, p, q, f))
+            assert tuple(path) == best
 
 
 def test_past_the_maximum_length_the_stream_restarts_from_its_last_tokens(short_model):

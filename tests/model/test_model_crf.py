@@ -75,6 +75,46 @@ def test_viterbi_equals_brute_force_argmax():
             assert tuple(path) == best, f"seed {seed} row {i}"
 
 
+def continued_score(
+    crf: CRF, labels: list[str], emissions: torch.Tensor, tags: tuple[int, ...], after: int, end: bool
+) -> torch.Tensor:
+    """Score of one sequence that follows tag ``after`` (-1: none, the start scores) and, without ``end``, goes on
+    past its last word (no end score); impossible IOB2 moves penalised."""
+    start_ok, trans_ok = iob2_allowed(labels)
+    penalty = -1e4
+    if after < 0:
+        s = crf.start[tags[0]] + (0.0 if start_ok[tags[0]] else penalty)
+    else:
+        s = crf.transitions[after, tags[0]] + (0.0 if trans_ok[after, tags[0]] else penalty)
+    s = s + emissions[0, tags[0]]
+    for prev, cur, w in zip(tags, tags[1:], range(1, len(tags)), strict=False):
+        s = s + crf.transitions[prev, cur] + (0.0 if trans_ok[prev, cur] else penalty) + emissions[w, cur]
+    return s + crf.end[tags[-1]] if end else s
+
+
+def test_continued_viterbi_equals_brute_force_argmax():
+    """decode(after=..., end=...), what streaming runs on the words not yet emitted: every row its own previous tag
+    (or none), with and without the end scores, rows of different lengths, against every IOB2 tag sequence."""
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    L, W = len(labels), 4
+    for seed in range(4):
+        crf = random_crf(labels, 20 + seed)
+        emissions = torch.randn(6, W, L, generator=torch.Generator().manual_seed(seed)) * 2
+        emissions[..., [2, 4]] += 2.0  # I- tags likely: the previous tag decides whether they are allowed
+        lengths = [4, 3, 1, 4, 2, 4]
+        mask = torch.tensor([[w < n for w in range(W)] for n in lengths])
+        after = torch.tensor([1, 2, 4, -1, 0, 3])
+        for end in (True, False):
+            paths = crf.decode(emissions, mask, after, end=end)
+            for i, (path, n) in enumerate(zip(paths, lengths, strict=True)):
+                prev = int(after[i])
+                best = max(
+                    itertools.product(range(L), repeat=n),
+                    key=lambda p, i=i, n=n, prev=prev: continued_score(crf, labels, emissions[i, :n], p, prev, end),
+                )
+                assert tuple(path) == best, f"seed {seed} row {i} end {end}"
+
+
 def test_decoded_paths_respect_iob2():
     labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
     crf = random_crf(labels, 3)
