@@ -40,6 +40,7 @@ from torch import nn
 from mtl_decoder.config import SHARED, ExperimentConfig
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_text, check_writable_parent, replace_dir, shielded, temporary_sibling
+from mtl_decoder.hashing import tensors_sha256
 from mtl_decoder.paths import check_outside_model
 from mtl_decoder.saved import load_model
 
@@ -213,7 +214,7 @@ def _lm_head(hf_config: Any, model_dir: Path, dtype: str) -> tuple[torch.Tensor 
         return None, None
     identity = json.loads((model_dir / "trunk.json").read_text(encoding="utf-8"))
     source = identity.get("source")
-    from mtl_decoder.model.pretrained.hub import keep_first_layers, load_causal_lm, weights_sha256
+    from mtl_decoder.model.pretrained.hub import keep_first_layers, load_causal_lm
 
     reason = None
     try:
@@ -222,7 +223,7 @@ def _lm_head(hf_config: Any, model_dir: Path, dtype: str) -> tuple[torch.Tensor 
         lm, reason = None, f"cannot load it ({err})"
     if lm is not None:
         keep_first_layers(lm.base_model, identity.get("layers"))
-        if weights_sha256(lm.base_model) != identity.get("sha256"):
+        if tensors_sha256(lm.base_model.state_dict().items()) != identity.get("sha256"):
             lm, reason = None, "it is no longer the checkpoint the model was trained on (weights hash differs)"
     if lm is None:
         hf_config.tie_word_embeddings = True

@@ -23,7 +23,6 @@ A write that fails (a full disk, a file size limit) removes the temporary file a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -177,20 +176,6 @@ def remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
-
-
-def sha256_file(path: str | Path, limit: int | None = None) -> str:
-    """The SHA-256 of a file's bytes (of its first ``limit`` bytes when given)."""
-    digest = hashlib.sha256()
-    left = limit
-    with open(path, "rb") as f:
-        while left is None or left > 0:
-            block = f.read(1 << 20 if left is None else min(1 << 20, left))
-            if not block:
-                break
-            digest.update(block)
-            left = None if left is None else left - len(block)
-    return digest.hexdigest()
 
 
 def write_failed(path: Path, err: OSError, stream: bool = False) -> UserError:

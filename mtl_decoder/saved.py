@@ -40,10 +40,10 @@ from mtl_decoder.files import (
     atomic_write_text,
     path_problem,
     replace_dir,
-    sha256_file,
     shielded,
     temporary_sibling,
 )
+from mtl_decoder.hashing import sha256_file
 from mtl_decoder.model import MultiTaskModel, build_model
 from mtl_decoder.model_card import MODEL_CARD_FILE, model_card
 from mtl_decoder.runtime import default_device

@@ -21,7 +21,8 @@ from typing import Any
 from accelerate import Accelerator
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, remove, sha256_file, shielded, stale_temporaries_in, temporary_sibling
+from mtl_decoder.files import atomic_write_json, remove, shielded, stale_temporaries_in, temporary_sibling
+from mtl_decoder.hashing import sha256_file
 
 STATE_FILE = "trainer_state.json"
 PREFIX = "step-"
@@ -40,13 +41,9 @@ def latest_checkpoint(root: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _sha256(path: Path) -> str:
-    return sha256_file(path)
-
-
 def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
     return {
-        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
         for p in sorted(folder.rglob("*"))
         if p.is_file() and p.name != STATE_FILE
     }
@@ -170,7 +167,7 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
         file = path / name
         if not file.is_file():
             raise UserError(f"{file}: missing from the checkpoint; cannot resume from {path}")
-        if file.stat().st_size != expected["bytes"] or _sha256(file) != expected["sha256"]:
+        if file.stat().st_size != expected["bytes"] or sha256_file(file) != expected["sha256"]:
             raise UserError(f"{file}: damaged (size or checksum differs from when it was saved); cannot resume")
     return state
 
