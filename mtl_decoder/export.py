@@ -39,7 +39,14 @@ from torch import nn
 
 from mtl_decoder.config import SHARED, ExperimentConfig
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_text, check_writable_parent, replace_dir, shielded, temporary_sibling
+from mtl_decoder.files import (
+    atomic_write_safetensors,
+    atomic_write_text,
+    check_writable_parent,
+    replace_dir,
+    shielded,
+    temporary_sibling,
+)
 from mtl_decoder.hashing import tensors_sha256
 from mtl_decoder.paths import check_outside_model
 from mtl_decoder.saved import load_model
@@ -238,7 +245,6 @@ def _lm_head(hf_config: Any, model_dir: Path, dtype: str) -> tuple[torch.Tensor 
 
 
 def _write_checkpoint(folder: Path, hf_config: Any, state: dict[str, torch.Tensor], head: torch.Tensor | None) -> None:
-    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     if hasattr(hf_config, "quantization_config"):  # loaded from a GGUF file: the weights written are plain
@@ -260,7 +266,7 @@ def _write_checkpoint(folder: Path, hf_config: Any, state: dict[str, torch.Tenso
     hf_config.architectures = [type(lm).__name__]
     hf_config.save_pretrained(str(folder))
     GenerationConfig.from_model_config(hf_config).save_pretrained(str(folder))
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    atomic_write_safetensors(folder / "model.safetensors", tensors, metadata={"format": "pt"})
 
 
 def _write_tokenizer(folder: Path, model_dir: Path, hf_config: Any) -> None:

@@ -29,14 +29,16 @@ from typing import Any
 import torch
 import yaml
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from mtl_decoder.config import ExperimentConfig, config_from_dict
 from mtl_decoder.config.variants import STACKED_BEFORE_FORMAT_2
 from mtl_decoder.data.tokenization import TOKENIZER_FILE, TextEncoder
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import (
+    WriteFailed,
     atomic_write_json,
+    atomic_write_safetensors,
     atomic_write_text,
     path_problem,
     replace_dir,
@@ -99,7 +101,7 @@ def save_model(
         encoder.save(tmp)
         state = {k: v.detach().contiguous().cpu() for k, v in _state_to_save(model).items()}
         metadata = {"format": "pt", FORMAT_KEY: str(FORMAT), TOKENIZER_HASH_KEY: sha256_file(tmp / TOKENIZER_FILE)}
-        save_file(state, str(tmp / WEIGHTS_FILE), metadata=metadata)
+        atomic_write_safetensors(tmp / WEIGHTS_FILE, state, metadata=metadata)
         identity = getattr(model, "identity", None)
         if identity is not None:  # a pretrained trunk: where it came from and the hash of its weights
             atomic_write_json(tmp / TRUNK_FILE, identity.to_dict())
@@ -113,8 +115,8 @@ def save_model(
         )
         atomic_write_text(tmp / MODEL_CARD_FILE, card)
         replace_dir(tmp, directory)
-    except (OSError, SafetensorError) as err:  # a full disk: safetensors reports it as its own error
-        reason = (str(err).strip().splitlines() or [""])[0]
+    except (OSError, SafetensorError, WriteFailed) as err:  # a full disk
+        reason = err.reason if isinstance(err, WriteFailed) else (str(err).strip().splitlines() or [""])[0]
         raise UserError(
             f"{directory}: cannot write the model ({reason}); its temporary folder was removed, {directory} is as it "
             "was"
@@ -281,7 +283,7 @@ def save_trunk_checkpoint(model: MultiTaskModel, directory: Path, weights: bool)
     getattr(model, "trunk_config", base.config).save_pretrained(str(directory))  # hybrid: the whole trunk's
     if weights:
         state = {k: v.detach().contiguous().cpu() for k, v in _base_weights(base).items()}
-        save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        atomic_write_safetensors(directory / WEIGHTS_FILE, state, metadata={"format": "pt"})
 
 
 def _base_weights(base: torch.nn.Module) -> dict[str, torch.Tensor]:

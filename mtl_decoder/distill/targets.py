@@ -21,11 +21,10 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from mtl_decoder.config import CLASSIFICATION
 from mtl_decoder.data.batching import EncodedExample, collator_for
-from mtl_decoder.files import temporary_sibling
+from mtl_decoder.files import atomic_write_safetensors
 from mtl_decoder.hashing import cache_root, files_fingerprint, short_digest
 from mtl_decoder.model.heads import word_level
 from mtl_decoder.saved import SavedModel
@@ -107,10 +106,8 @@ class TargetStore:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"shard-{time.time_ns()}-{os.getpid()}.safetensors"
-        tmp = temporary_sibling(final)
         flat = {f"{key}/{part}": t.contiguous() for key, parts in self.pending.items() for part, t in parts.items()}
-        save_file(flat, str(tmp))
-        os.replace(tmp, final)
+        atomic_write_safetensors(final, flat)
         self.shard_of.update(dict.fromkeys(self.pending, final))
         self._indexed.add(final)
         self.pending = {}

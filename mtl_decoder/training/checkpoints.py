@@ -12,7 +12,6 @@ import ast
 import contextlib
 import json
 import logging
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 from accelerate import Accelerator
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, remove, shielded, stale_temporaries_in, temporary_sibling
+from mtl_decoder.files import atomic_write_json, remove, replace_dir, shielded, stale_temporaries_in, temporary_sibling
 from mtl_decoder.hashing import sha256_file
 
 STATE_FILE = "trainer_state.json"
@@ -66,9 +65,7 @@ def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             atomic_write_json(tmp / STATE_FILE, {**state, "files": file_manifest(tmp)})
-            if final.exists():
-                remove(final)
-            os.replace(tmp, final)
+            replace_dir(tmp, final)
             for old in checkpoint_dirs(root)[:-keep]:
                 remove(old)
     except BaseException as err:  # a full disk, SIGTERM: the half-written folder goes, the older ones stay

@@ -28,11 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 
 from mtl_decoder.config import ModelConfig
-from mtl_decoder.files import temporary_sibling
+from mtl_decoder.files import atomic_write_safetensors
 from mtl_decoder.hashing import cache_root, json_sha256, short_digest
 from mtl_decoder.model.decoder import MTLDecoder
 from mtl_decoder.model.heads import TaskHeadSpec
@@ -183,9 +182,7 @@ class StateCache:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"shard-{time.time_ns()}-{os.getpid()}.safetensors"
-        tmp = temporary_sibling(final)
-        save_file(self.pending, str(tmp))
-        os.replace(tmp, final)
+        atomic_write_safetensors(final, self.pending)
         self.on_disk.update(dict.fromkeys(self.pending, final))
         self._indexed.add(final)
         self.pending = {}
