@@ -60,6 +60,17 @@ def sampled_sha256(path: str | Path, samples: int, sample_bytes: int) -> str:
     return digest.hexdigest()
 
 
+def file_manifest(folder: str | Path, skip: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+    """Every file under ``folder`` (its path relative to it, '/'-separated, sorted) -> its size and SHA-256;
+    the relative paths in ``skip`` left out."""
+    folder, skipped = Path(folder), set(skip)
+    return {
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.relative_to(folder).as_posix() not in skipped
+    }
+
+
 def files_fingerprint(folder: str | Path, names: Iterable[str]) -> str:
     """A 16-byte BLAKE2b of the files ``names`` of ``folder`` that exist, each as its name then its bytes."""
     digest = hashlib.blake2b(digest_size=16)

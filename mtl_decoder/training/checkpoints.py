@@ -21,7 +21,7 @@ from accelerate import Accelerator
 
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_json, remove, replace_dir, shielded, stale_temporaries_in, temporary_sibling
-from mtl_decoder.hashing import sha256_file
+from mtl_decoder.hashing import file_manifest, sha256_file
 
 STATE_FILE = "trainer_state.json"
 PREFIX = "step-"
@@ -40,14 +40,6 @@ def latest_checkpoint(root: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
-    return {
-        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != STATE_FILE
-    }
-
-
 def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict[str, Any], keep: int) -> Path:
     """Save model, optimizer and RNG states (Accelerate) plus our JSON trainer state; all processes call it."""
     final = root / f"{PREFIX}{step:07d}"
@@ -64,7 +56,7 @@ def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict
             accelerator.save_state(str(tmp))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            atomic_write_json(tmp / STATE_FILE, {**state, "files": file_manifest(tmp)})
+            atomic_write_json(tmp / STATE_FILE, {**state, "files": file_manifest(tmp, skip=(STATE_FILE,))})
             replace_dir(tmp, final)
             for old in checkpoint_dirs(root)[:-keep]:
                 remove(old)
