@@ -149,3 +149,21 @@ def test_a_save_over_an_old_folder_lists_the_new_files(tiny_run, folder, tmp_pat
     save_model(target, saved.model, saved.encoder, saved.config, saved.label_sets)
     assert load_model(target, device="cpu").label_sets == saved.label_sets
     assert "info.json" not in json.loads((target / MANIFEST_FILE).read_text(encoding="utf-8"))
+
+
+def test_non_finite_outputs_are_an_error_naming_the_record(folder, tmp_path, capsys):
+    """Issue 38 case 4: all-NaN weights tagged every word O and wrote bare NaN into the JSON lines."""
+    from mtl_decoder.cli import main
+
+    saved = load_model(folder, device="cpu")
+    with torch.no_grad():
+        for p in saved.model.parameters():
+            p.fill_(float("nan"))
+    nan = save_model(tmp_path / "nan", saved.model, saved.encoder, saved.config, saved.label_sets)
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"text": "a fine film"}\n{"text": "EU rejects German call"}\n', encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert main(["predict", "--model", str(nan), "--input", str(source), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: record 1 of the input ('a fine film'): the model's ") and err.count("\n") == 1
+    assert "outputs are not finite" in err and not out.exists()
