@@ -3,7 +3,8 @@
     mtl-decoder export --model RUN/best --trunk --output DIR [--expert shared/0] [--force]
 
 writes DIR with config.json, generation_config.json, model.safetensors (a causal LM: the trunk and an LM head) and
-the tokenizer files, which ``AutoModelForCausalLM.from_pretrained(DIR)`` loads with no mtl-decoder installed.
+the tokenizer files, which ``AutoModelForCausalLM.from_pretrained(DIR)`` loads with no mtl-decoder installed, and the
+marker ``.mtl-decoder-export``: ``--force`` replaces only such a folder (an earlier export), never another one.
 
 What "the trunk" is, per mode (model.trunk.mode):
 
@@ -35,16 +36,29 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from mtl_decoder.config import SHARED, ExperimentConfig
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_text, check_writable_parent, replace_dir, shielded, temporary_sibling
+from mtl_decoder.files import (
+    WriteFailed,
+    atomic_write_json,
+    atomic_write_safetensors,
+    atomic_write_text,
+    check_writable_parent,
+    replace_dir,
+    shielded,
+    temporary_sibling,
+)
+from mtl_decoder.hashing import tensors_sha256
 from mtl_decoder.paths import check_outside_model
 from mtl_decoder.saved import load_model
 
 DEFAULT_EXPERT = f"{SHARED}/0"
 README = "README.md"
+MARKER = ".mtl-decoder-export"
+"""Written into every export: ``--force`` replaces only a folder that holds it."""
 
 
 @dataclass
@@ -69,7 +83,7 @@ def export_trunk(
     """Write the trunk of the saved model ``model_dir`` (on the path of ``expert``, default ``shared/0``) to
     ``output`` as a transformers causal-LM checkpoint; an existing ``output`` is replaced only with ``force``."""
     output = Path(output)
-    _check_output(output, model_dir, force)
+    replaced = _check_output(output, model_dir, force)
     saved = load_model(model_dir, device="cpu")
     config, model = saved.config, saved.model
     trunk = config.model.trunk
@@ -111,22 +125,51 @@ def export_trunk(
         _write_checkpoint(tmp, hf_config, state, head)
         _write_tokenizer(tmp, saved.directory, hf_config)
         atomic_write_text(tmp / README, _card(saved.directory, config, chosen, head is not None, notes))
+        atomic_write_json(tmp / MARKER, {"created_by": "mtl-decoder export", "model": str(model_dir)})
         replace_dir(tmp, output)  # an old folder (--force) is replaced only once the new one is complete
+    except (OSError, SafetensorError, WriteFailed) as err:  # a full disk
+        reason = err.reason if isinstance(err, WriteFailed) else (str(err).strip().splitlines() or [""])[0]
+        raise UserError(
+            f"{output}: cannot write the export ({reason}); its temporary folder was removed, {output} is as it was"
+        ) from None
     finally:
         with shielded():
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+    if replaced:  # said after the README was written: it describes the export, not this replacement
+        notes.append(f"--force replaced the earlier export in {output}, removing: {', '.join(replaced)}")
     return ExportResult(output, trunk.mode, chosen, "original" if head is not None else "tied", notes)
 
 
-def _check_output(output: Path, model_dir: str | Path, force: bool) -> None:
+def _check_output(output: Path, model_dir: str | Path, force: bool) -> list[str]:
+    """Checks before any work; returns the names an earlier export's folder holds, which --force replaces."""
     check_outside_model(output, model_dir, replaces=True)  # --force replaces the folder whole
+    found: list[str] = []
     if output.exists():
         if not output.is_dir():
             raise UserError(f"--output {output}: a file is in the way; choose another folder")
-        if any(output.iterdir()) and not force:
+        found = sorted(p.name + ("/" if p.is_dir() else "") for p in output.iterdir())
+        if found and not force:
             raise UserError(f"--output {output}: the folder is not empty; add --force to replace it")
+        if found and not _is_export(output):
+            names = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+            raise UserError(
+                f"--output {output}: is not empty and is not an export of mtl-decoder ({names}); --force replaces "
+                "only an earlier export: choose an empty or new --output"
+            )
     check_writable_parent(output, "--output")
+    return found
+
+
+def _is_export(folder: Path) -> bool:
+    """A folder an earlier export wrote: it has the marker (or, written before the marker, this module's README)."""
+    if (folder / MARKER).is_file():
+        return True
+    try:
+        first = (folder / README).read_text(encoding="utf-8").split("\n", 1)[0]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return first.startswith("# Trunk exported from ") and first.endswith(" (mtl-decoder)")
 
 
 # --------------------------------------------------------------------------------------------- the expert's path
@@ -213,7 +256,7 @@ def _lm_head(hf_config: Any, model_dir: Path, dtype: str) -> tuple[torch.Tensor 
         return None, None
     identity = json.loads((model_dir / "trunk.json").read_text(encoding="utf-8"))
     source = identity.get("source")
-    from mtl_decoder.model.pretrained.hub import keep_first_layers, load_causal_lm, weights_sha256
+    from mtl_decoder.model.pretrained.hub import keep_first_layers, load_causal_lm
 
     reason = None
     try:
@@ -222,7 +265,7 @@ def _lm_head(hf_config: Any, model_dir: Path, dtype: str) -> tuple[torch.Tensor 
         lm, reason = None, f"cannot load it ({err})"
     if lm is not None:
         keep_first_layers(lm.base_model, identity.get("layers"))
-        if weights_sha256(lm.base_model) != identity.get("sha256"):
+        if tensors_sha256(lm.base_model.state_dict().items()) != identity.get("sha256"):
             lm, reason = None, "it is no longer the checkpoint the model was trained on (weights hash differs)"
     if lm is None:
         hf_config.tie_word_embeddings = True
@@ -237,7 +280,6 @@ def _lm_head(hf_config: Any, model_dir: Path, dtype: str) -> tuple[torch.Tensor 
 
 
 def _write_checkpoint(folder: Path, hf_config: Any, state: dict[str, torch.Tensor], head: torch.Tensor | None) -> None:
-    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     if hasattr(hf_config, "quantization_config"):  # loaded from a GGUF file: the weights written are plain
@@ -259,7 +301,7 @@ def _write_checkpoint(folder: Path, hf_config: Any, state: dict[str, torch.Tenso
     hf_config.architectures = [type(lm).__name__]
     hf_config.save_pretrained(str(folder))
     GenerationConfig.from_model_config(hf_config).save_pretrained(str(folder))
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    atomic_write_safetensors(folder / "model.safetensors", tensors, metadata={"format": "pt"})
 
 
 def _write_tokenizer(folder: Path, model_dir: Path, hf_config: Any) -> None:

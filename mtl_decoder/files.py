@@ -23,7 +23,6 @@ A write that fails (a full disk, a file size limit) removes the temporary file a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -179,25 +178,20 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def sha256_file(path: str | Path, limit: int | None = None) -> str:
-    """The SHA-256 of a file's bytes (of its first ``limit`` bytes when given)."""
-    digest = hashlib.sha256()
-    left = limit
-    with open(path, "rb") as f:
-        while left is None or left > 0:
-            block = f.read(1 << 20 if left is None else min(1 << 20, left))
-            if not block:
-                break
-            digest.update(block)
-            left = None if left is None else left - len(block)
-    return digest.hexdigest()
+class WriteFailed(UserError):
+    """An output that could not be written; ``reason`` says why in a few words ('No space left on device')."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
 
 
-def write_failed(path: Path, err: OSError, stream: bool = False) -> UserError:
+def write_failed(path: Path, err: OSError | str, stream: bool = False) -> WriteFailed:
     """The one-line error for an output that could not be written (a full disk, a size limit, a lost mount)."""
+    reason = os_reason(err) if isinstance(err, OSError) else err
     if stream:
-        return UserError(f"{path}: cannot write ({os_reason(err)}); stopped (a device or pipe keeps what reached it)")
-    return UserError(f"{path}: cannot write ({os_reason(err)}); the temporary file was removed, {path} is as it was")
+        return WriteFailed(f"{path}: cannot write ({reason}); stopped (a device or pipe keeps what reached it)", reason)
+    return WriteFailed(f"{path}: cannot write ({reason}); the temporary file was removed, {path} is as it was", reason)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -218,13 +212,59 @@ def atomic_write_json(path: str | Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
+def umask() -> int:
+    """The process's file-creation mask (read from /proc where it can be, so no other thread sees it change)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_safetensors(path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> Path:
+    """Write ``tensors`` as a safetensors file through a temporary sibling and a rename, with the permissions of
+    any other new file (safetensors itself creates 0600); a failed write (a full disk) leaves nothing and is a
+    one-line ``UserError`` naming ``path``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    tmp = temporary_sibling(path)
+    try:
+        save_file(tensors, str(tmp), metadata=metadata)
+        os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, path)
+    except OSError as err:
+        raise write_failed(path, err) from None
+    except SafetensorError as err:  # how safetensors reports a full disk
+        raise write_failed(path, (str(err).strip().splitlines() or [""])[0]) from None
+    finally:
+        with shielded():
+            tmp.unlink(missing_ok=True)
+    return path
+
+
 def replace_dir(tmp: Path, final: Path) -> None:
-    """Move a fully written folder ``tmp`` to ``final``, replacing an old one without a moment of garbage."""
+    """Move a fully written folder ``tmp`` to ``final``: an old one is renamed aside, the new one renamed in, and
+    only then the old one removed, so ``final`` never holds garbage and is missing only between two renames."""
     old = temporary_sibling(final)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    remove(old)
+    if not os.path.lexists(final):
+        os.replace(tmp, final)
+        return
+    os.replace(final, old)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        with shielded():
+            os.replace(old, final)  # the old one back where it was
+        raise
+    with shielded():
+        remove(old)
 
 
 @contextmanager

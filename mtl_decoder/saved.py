@@ -1,6 +1,6 @@
 """Saved models: a folder with the resolved config, ``model.safetensors``, the tokenizer and the label sets.
 
-    RUN/best/  config.yaml  model.safetensors  tokenizer.json  labels.json  README.md  [info.json]
+    RUN/best/  config.yaml  model.safetensors  tokenizer.json  labels.json  README.md  manifest.json  [info.json]
     (a pretrained trunk adds trunk.json, its identity, and trunk/, its config and with model.trunk.save=full weights)
 
 README.md is the model card (model_card.py): base model, tasks and labels, data, metrics, intended use and limits.
@@ -15,6 +15,10 @@ read as it was meant then (``model.ffn`` 'cgc' / 'mmoe' were the stacked forms, 
 A folder of a newer format is refused: its keys may mean something else than this version reads into them (as
 'cgc' did), so loading it could compute another function without a word. The metadata also holds the SHA-256
 of the folder's tokenizer.json, so a tokenizer copied in from another run is named as the culprit.
+
+``manifest.json`` lists every other file of the folder (the model card aside) with its size and SHA-256; a load
+checks it last, after the checks that say more about a file, so an edit that keeps every shape (reversed labels, a
+changed ``rope_theta``) is an error naming the file rather than other answers. A folder without it loads as before.
 """
 
 from __future__ import annotations
@@ -29,21 +33,23 @@ from typing import Any
 import torch
 import yaml
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from mtl_decoder.config import ExperimentConfig, config_from_dict
 from mtl_decoder.config.variants import STACKED_BEFORE_FORMAT_2
 from mtl_decoder.data.tokenization import TOKENIZER_FILE, TextEncoder
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import (
+    WriteFailed,
     atomic_write_json,
+    atomic_write_safetensors,
     atomic_write_text,
     path_problem,
     replace_dir,
-    sha256_file,
     shielded,
     temporary_sibling,
 )
+from mtl_decoder.hashing import file_manifest, sha256_file
 from mtl_decoder.model import MultiTaskModel, build_model
 from mtl_decoder.model_card import MODEL_CARD_FILE, model_card
 from mtl_decoder.runtime import default_device
@@ -54,6 +60,12 @@ LABELS_FILE = "labels.json"
 INFO_FILE = "info.json"
 TRUNK_FILE = "trunk.json"
 TRUNK_DIR = "trunk"
+TRUNK_CONFIG = "config.json"
+MANIFEST_FILE = "manifest.json"
+"""Every file of the folder as saved (its relative path -> size and SHA-256), checked at load; a folder without it
+is older and loads as it did (its tokenizer checked by the hash in the weights' metadata)."""
+UNLISTED = (MANIFEST_FILE, MODEL_CARD_FILE)
+"""Files the manifest does not cover: itself, and the model card, which is written for people to read and edit."""
 REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, LABELS_FILE)
 FORMAT = 2
 """The saved-model format, in model.safetensors' metadata under ``FORMAT_KEY`` (the file every folder has, beside the
@@ -99,7 +111,7 @@ def save_model(
         encoder.save(tmp)
         state = {k: v.detach().contiguous().cpu() for k, v in _state_to_save(model).items()}
         metadata = {"format": "pt", FORMAT_KEY: str(FORMAT), TOKENIZER_HASH_KEY: sha256_file(tmp / TOKENIZER_FILE)}
-        save_file(state, str(tmp / WEIGHTS_FILE), metadata=metadata)
+        atomic_write_safetensors(tmp / WEIGHTS_FILE, state, metadata=metadata)
         identity = getattr(model, "identity", None)
         if identity is not None:  # a pretrained trunk: where it came from and the hash of its weights
             atomic_write_json(tmp / TRUNK_FILE, identity.to_dict())
@@ -112,9 +124,10 @@ def save_model(
             config, label_sets, identity.to_dict() if identity is not None else None, extra, model.num_parameters(True)
         )
         atomic_write_text(tmp / MODEL_CARD_FILE, card)
+        atomic_write_json(tmp / MANIFEST_FILE, file_manifest(tmp, skip=UNLISTED))  # last: it lists the others
         replace_dir(tmp, directory)
-    except (OSError, SafetensorError) as err:  # a full disk: safetensors reports it as its own error
-        reason = (str(err).strip().splitlines() or [""])[0]
+    except (OSError, SafetensorError, WriteFailed) as err:  # a full disk
+        reason = err.reason if isinstance(err, WriteFailed) else (str(err).strip().splitlines() or [""])[0]
         raise UserError(
             f"{directory}: cannot write the model ({reason}); its temporary folder was removed, {directory} is as it "
             "was"
@@ -142,10 +155,18 @@ def load_model(directory: str | Path, device: torch.device | str | None = None) 
         directory, config.data.max_length, config.model.trunk.enabled, config.model.word_token_position
     )
     _check_tokenizer(directory, metadata)  # readable (above), but is it this model's?
+    manifest = _read_manifest(directory)
     identity = _read_identity(directory / TRUNK_FILE) if config.model.trunk.enabled else None
     saved_trunk = directory / TRUNK_DIR if identity is not None else None
+    if saved_trunk is not None and not (saved_trunk / TRUNK_CONFIG).is_file():
+        raise UserError(
+            f"{saved_trunk / TRUNK_CONFIG}: missing (the pretrained trunk's config): not a complete model folder; "
+            "copy the whole folder again"
+        )
+    changed = _changed(directory, manifest)
     model = build_model(config, label_sets, encoder, saved_trunk=saved_trunk, expected_identity=identity)
-    _load_weights(model, directory / WEIGHTS_FILE, encoder.vocab_size)
+    _load_weights(model, directory / WEIGHTS_FILE, encoder.vocab_size, changed)
+    _check_manifest(directory, changed)  # what passed every check above may still have been edited
     model.eval()
     model.to(device if device is not None else default_device())
     return SavedModel(model, encoder, config, label_sets, directory)
@@ -182,6 +203,47 @@ def _check_tokenizer(directory: Path, metadata: dict[str, str] | None) -> None:
         raise UserError(
             f"{tokenizer}: not the tokenizer saved with {directory / WEIGHTS_FILE} (another model's?): the folder's "
             "files must come from one saved model; copy the whole folder again"
+        )
+
+
+def _read_manifest(directory: Path) -> dict[str, dict[str, Any]] | None:
+    """The folder's manifest (None: a folder saved before manifests); a listed file that is missing is an error."""
+    path = directory / MANIFEST_FILE
+    if not path.is_file():
+        return None
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not valid JSON ({err}); copy the whole model folder again") from None
+    ok = isinstance(files, dict) and all(
+        isinstance(v, dict) and isinstance(v.get("sha256"), str) and isinstance(v.get("bytes"), int)
+        for v in files.values()
+    )
+    if not ok:
+        raise UserError(f"{path}: expected file -> {{bytes, sha256}}; copy the whole model folder again")
+    missing = next((name for name in files if not (directory / name).is_file()), None)
+    if missing is not None:
+        raise UserError(f"{directory / missing}: missing (listed in {MANIFEST_FILE}); copy the whole folder again")
+    return files
+
+
+def _changed(directory: Path, manifest: dict[str, dict[str, Any]] | None) -> list[str]:
+    """The manifest's files whose size or SHA-256 is no longer the saved one (none without a manifest)."""
+    changed = []
+    for name, saved in (manifest or {}).items():
+        path = directory / name
+        if path.stat().st_size != saved["bytes"] or sha256_file(path) != saved["sha256"]:
+            changed.append(name)
+    return changed
+
+
+def _check_manifest(directory: Path, changed: list[str]) -> None:
+    """A one-line error naming the first file that differs from the manifest."""
+    if changed:
+        also = f" (also changed: {', '.join(changed[1:4])})" if len(changed) > 1 else ""
+        raise UserError(
+            f"{directory / changed[0]}: changed since the model was saved (not the SHA-256 in {MANIFEST_FILE}){also}: "
+            "a model folder's files must stay as saved; restore the file or copy the whole folder again"
         )
 
 
@@ -227,7 +289,10 @@ def _read_labels(path: Path, config: ExperimentConfig) -> dict[str, list[str]]:
     return {t: labels[t] for t in config.tasks}
 
 
-def _load_weights(model: MultiTaskModel, path: Path, vocab_size: int | None = None) -> None:
+def _load_weights(
+    model: MultiTaskModel, path: Path, vocab_size: int | None = None, changed: list[str] | tuple[str, ...] = ()
+) -> None:
+    """The weights into ``model``; a mismatch names the tensor, both shapes and (with a manifest) the changed files."""
     try:
         state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
@@ -236,8 +301,10 @@ def _load_weights(model: MultiTaskModel, path: Path, vocab_size: int | None = No
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     wrong = [k for k in expected if k in state and state[k].shape != expected[k].shape]
-    rows = next((state[k].shape[0] for k in wrong if expected[k].dim() and expected[k].shape[0] == vocab_size), None)
-    if rows is not None:  # the vocabulary is the tokenizer's: a folder of before the tokenizer hash
+    rows = next((state[k].shape[0] for k in wrong if _only_rows_differ(state[k], expected[k], vocab_size)), None)
+    if rows is not None and (
+        not changed or TOKENIZER_FILE in changed
+    ):  # the vocabulary is the tokenizer's: a folder of before the tokenizer hash
         raise UserError(
             f"{path.parent / TOKENIZER_FILE}: holds {vocab_size} tokens but {path.name} was trained with {rows}: the "
             "tokenizer comes from another model; copy the whole folder again"
@@ -251,12 +318,25 @@ def _load_weights(model: MultiTaskModel, path: Path, vocab_size: int | None = No
         if wrong:
             k = wrong[0]
             details.append(f"{k} is {tuple(state[k].shape)}, the config wants {tuple(expected[k].shape)}")
+        if changed:
+            details.append(f"changed since saved: {', '.join(changed[:3])}")
         raise UserError(
             f"{path}: the weights do not match {path.parent / CONFIG_FILE} and {path.parent / LABELS_FILE} "
             f"({'; '.join(details)}): the folder's files must come from one saved model; copy the whole folder again "
             "or re-save the model"
         )
     model.load_state_dict(state, strict=not getattr(model, "saves_trainable_only", False))
+
+
+def _only_rows_differ(saved: torch.Tensor, wanted: torch.Tensor, vocab_size: int | None) -> bool:
+    """A tensor of one row per token whose row count alone differs: the vocabulary (the tokenizer) changed."""
+    return (
+        wanted.dim() > 0
+        and wanted.shape[0] == vocab_size
+        and saved.dim() == wanted.dim()
+        and saved.shape[0] != vocab_size
+        and saved.shape[1:] == wanted.shape[1:]
+    )
 
 
 def _state_to_save(model: MultiTaskModel) -> dict[str, torch.Tensor]:
@@ -281,7 +361,7 @@ def save_trunk_checkpoint(model: MultiTaskModel, directory: Path, weights: bool)
     getattr(model, "trunk_config", base.config).save_pretrained(str(directory))  # hybrid: the whole trunk's
     if weights:
         state = {k: v.detach().contiguous().cpu() for k, v in _base_weights(base).items()}
-        save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        atomic_write_safetensors(directory / WEIGHTS_FILE, state, metadata={"format": "pt"})
 
 
 def _base_weights(base: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -205,3 +205,65 @@ def test_outputs_that_must_not_be_replaced_are_named(tmp_path):
         output_kind(tmp_path)
     with pytest.raises(UserError, match="NUL"):
         check_writable_parent(tmp_path / "a\x00b", "--output")
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_a_safetensors_file_gets_the_permissions_of_any_new_file(tmp_path, mask):
+    """Issue 38 case 15: safetensors writes 0600, so a shared model folder's weights could not be read."""
+    import torch
+    from safetensors.torch import load_file
+
+    from mtl_decoder.files import atomic_write_safetensors
+
+    previous = os.umask(mask)
+    try:
+        path = atomic_write_safetensors(tmp_path / "w.safetensors", {"a": torch.arange(3.0)}, {"k": "v"})
+        (tmp_path / "plain.txt").write_text("x")
+    finally:
+        os.umask(previous)
+    assert path.stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777 == 0o666 & ~mask
+    assert load_file(str(path))["a"].tolist() == [0.0, 1.0, 2.0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt", "w.safetensors"]
+
+
+def test_a_safetensors_write_that_fails_is_one_line_naming_the_file_and_leaves_nothing(tmp_path, monkeypatch):
+    import safetensors.torch
+    import torch
+    from safetensors import SafetensorError
+
+    from mtl_decoder.files import atomic_write_safetensors
+
+    def full_disk(tensors, filename, metadata=None):
+        open(filename, "wb").close()
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, message: No space left on device })")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    target = tmp_path / "w.safetensors"
+    with pytest.raises(UserError, match=f"^{target}: cannot write \\(Error while serializing") as caught:
+        atomic_write_safetensors(target, {"a": torch.zeros(1)})
+    assert "\n" not in str(caught.value) and list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_replaced_by_a_failing_rename_stays_in_place(tmp_path, monkeypatch):
+    """Issue 34: the checkpoint replace removed the old folder before renaming the new one in."""
+    from accelerate import Accelerator
+
+    from mtl_decoder.training import checkpoints
+
+    root = tmp_path / "checkpoints"
+    final = root / "step-0000002"
+    final.mkdir(parents=True)
+    (final / "trainer_state.json").write_text("{}")
+    (final / "old-marker").write_text("the old checkpoint")
+    replace = os.replace
+
+    def failing(src, dst):
+        if str(dst) == str(final) and not os.path.exists(os.path.join(src, "old-marker")):
+            raise OSError(28, "No space left on device")
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(UserError, match="cannot write the checkpoint"):
+        checkpoints.save_checkpoint(Accelerator(cpu=True), root, 2, {"step": 2}, keep=3)
+    assert (final / "old-marker").read_text() == "the old checkpoint"
+    assert sorted(p.name for p in root.iterdir()) == ["step-0000002"]

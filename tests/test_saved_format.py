@@ -38,6 +38,7 @@ def _as_before_format_2(folder: Path, ffn: str) -> None:
     config["model"]["ffn"] = ffn
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     save_file(load_file(str(folder / "model.safetensors")), str(folder / "model.safetensors"), {"format": "pt"})
+    (folder / "manifest.json").unlink()  # folders of then had no manifest
 
 
 def _logits(model, encoder):

@@ -13,7 +13,6 @@ text), shards of safetensors written whole and renamed into place, never modifie
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 import os
 import time
@@ -22,11 +21,11 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from mtl_decoder.config import CLASSIFICATION
 from mtl_decoder.data.batching import EncodedExample, collator_for
-from mtl_decoder.files import temporary_sibling
+from mtl_decoder.files import atomic_write_safetensors
+from mtl_decoder.hashing import cache_root, files_fingerprint, short_digest
 from mtl_decoder.model.heads import word_level
 from mtl_decoder.saved import SavedModel
 
@@ -42,26 +41,17 @@ Item = str | list[str]
 
 
 def default_cache_root() -> Path:
-    return Path(os.environ.get("MTL_DECODER_CACHE", Path.home() / ".cache" / "mtl-decoder")) / "targets"
+    return cache_root("targets")
 
 
 def teacher_fingerprint(folder: str | Path) -> str:
     """The hash of the files of a saved model folder that decide what it predicts."""
-    digest = hashlib.blake2b(digest_size=16)
-    for name in FINGERPRINTED:
-        path = Path(folder) / name
-        if not path.is_file():
-            continue
-        digest.update(name.encode())
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-    return digest.hexdigest()
+    return files_fingerprint(folder, FINGERPRINTED)
 
 
 def text_key(item: Item) -> str:
     """A word list and the raw text of the same words are different inputs, and get different keys."""
-    return hashlib.blake2b(json.dumps(item, ensure_ascii=False).encode(), digest_size=16).hexdigest()
+    return short_digest(json.dumps(item, ensure_ascii=False).encode())
 
 
 class TargetStore:
@@ -116,10 +106,8 @@ class TargetStore:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"shard-{time.time_ns()}-{os.getpid()}.safetensors"
-        tmp = temporary_sibling(final)
         flat = {f"{key}/{part}": t.contiguous() for key, parts in self.pending.items() for part, t in parts.items()}
-        save_file(flat, str(tmp))
-        os.replace(tmp, final)
+        atomic_write_safetensors(final, flat)
         self.shard_of.update(dict.fromkeys(self.pending, final))
         self._indexed.add(final)
         self.pending = {}

@@ -30,7 +30,7 @@ from mtl_decoder.evaluation.utilisation import COVERAGE, UtilisationTracker
 from mtl_decoder.files import atomic_write_text, check_writable_parent, staged_folder
 from mtl_decoder.inference import Predictor
 from mtl_decoder.inference.predictor import check_max_tokens
-from mtl_decoder.paths import check_outside_model
+from mtl_decoder.paths import check_outside_model, os_reason
 from mtl_decoder.processes import Processes
 from mtl_decoder.saved import CONFIG_FILE, load_model
 
@@ -255,7 +255,11 @@ def write_outputs(metrics: dict[str, Any], out_dir: Path) -> None:
     """metrics.json and report.md (each written whole, then renamed into place) and plots/."""
     from mtl_decoder.evaluation.plots import write_plots
 
-    with staged_folder(out_dir) as stage:  # the outputs appear together, or (an error, SIGTERM) not at all
-        plots = write_plots(metrics, stage / PLOTS_DIR)
-        atomic_write_text(stage / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
-        atomic_write_text(stage / REPORT_FILE, render_report(metrics, [p.relative_to(stage).as_posix() for p in plots]))
+    try:
+        with staged_folder(out_dir) as stage:  # the outputs appear together, or (an error, SIGTERM) not at all
+            plots = write_plots(metrics, stage / PLOTS_DIR)
+            atomic_write_text(stage / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
+            report = render_report(metrics, [p.relative_to(stage).as_posix() for p in plots])
+            atomic_write_text(stage / REPORT_FILE, report)
+    except OSError as err:  # a full disk where no closer layer named the file (a plot's writer)
+        raise UserError(f"{out_dir}: cannot write the evaluation ({os_reason(err)})") from None

@@ -23,7 +23,6 @@ applied). Neither is ever unpickled.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from mtl_decoder.config import SHARED
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, temporary_sibling
+from mtl_decoder.files import atomic_write_json, atomic_write_safetensors
+from mtl_decoder.hashing import sha256_file
 from mtl_decoder.model import ExpertBlock, Gate
 from mtl_decoder.saved import WEIGHTS_FILE, SavedModel
 
@@ -117,12 +117,7 @@ class GateTable:
             tensors[f"{key}.range"] = torch.tensor([entry.low, entry.high], dtype=torch.float32)
             gates.append({"layer": layer, "gate": gate, "experts": entry.experts, "tokens": int(entry.counts.sum())})
         tensors_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = temporary_sibling(tensors_path)
-        try:
-            save_file(tensors, str(tmp), metadata={"format": str(FORMAT), "kind": KIND})
-            tmp.replace(tensors_path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        atomic_write_safetensors(tensors_path, tensors, metadata={"format": str(FORMAT), "kind": KIND})
         meta = {
             "kind": KIND,
             "format": FORMAT,
@@ -188,14 +183,9 @@ def table_paths(path: str | Path) -> tuple[Path, Path]:
 
 
 def weights_sha256(saved: SavedModel) -> str | None:
+    """The SHA-256 of the saved model's weights file (None: a model not loaded from a folder with one)."""
     path = Path(saved.directory) / WEIGHTS_FILE
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path) if path.is_file() else None
 
 
 # ------------------------------------------------------------------------------------------ building

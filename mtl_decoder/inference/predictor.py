@@ -95,6 +95,17 @@ class Prediction:
     """Words longer than the maximum length on their own: they reached no window whole, and keep the tag 'O'."""
 
 
+class NonFiniteOutput(UserError):
+    """A model output that is NaN or infinite; ``item``: the input's index in its chunk."""
+
+    def __init__(self, task: str, item: int):
+        super().__init__(
+            f"the model's {task} outputs are not finite (NaN or infinity): its weights are damaged or overflow at "
+            "this precision; nothing was written for it"
+        )
+        self.item = item
+
+
 @dataclass
 class _Piece:
     item: int
@@ -113,6 +124,9 @@ class _Chunk:
     batches: list[list[_Piece]]
     jobs: list[Future | Callable[[], tuple]]
     """Per batch: its _run_batch result, running in a worker (a Future) or deferred (no workers)."""
+    items: list = field(default_factory=list)
+    first: int = 0
+    """The index of the chunk's first item in the whole input."""
 
 
 class Predictor:
@@ -220,8 +234,11 @@ class Predictor:
         try:
             # One chunk of lookahead: its batches run while the caller consumes the previous chunk's predictions.
             pending: deque[_Chunk] = deque()
+            first = 0
             for chunk in self._chunks(items):
                 pending.append(self._start(chunk, tasks, pool, keep_outputs=on_batch is not None))
+                pending[-1].items, pending[-1].first = chunk, first
+                first += len(chunk)
                 if len(pending) > 1:
                     yield from self._finish(pending.popleft(), on_batch)
             while pending:
@@ -289,7 +306,12 @@ class Predictor:
     def _finish(self, chunk: _Chunk, on_batch) -> list[Prediction]:
         left = Counter(p.item for pieces in chunk.batches for p in pieces)  # pieces (windows) per item still to come
         for pieces, job in zip(chunk.batches, chunk.jobs, strict=True):
-            out, batch, decoded = job.result() if isinstance(job, Future) else job()
+            try:
+                out, batch, decoded = job.result() if isinstance(job, Future) else job()
+            except NonFiniteOutput as err:  # name the record in the whole input
+                item = chunk.items[err.item]
+                text = (item if isinstance(item, str) else " ".join(item))[:40]
+                raise UserError(f"record {chunk.first + err.item + 1} of the input ({text!r}): {err}") from None
             if on_batch is not None:
                 on_batch(out, batch)
             self._merge(pieces, decoded, chunk.preds, chunk.best_score)
@@ -335,6 +357,9 @@ class Predictor:
         decoded: dict[str, list] = {}
         for task in tasks:
             rows = out.examples[task]
+            finite = torch.isfinite(out.logits[task].float()).flatten(1).all(1)
+            if not bool(finite.all()):
+                raise NonFiniteOutput(task, pieces[int(rows[~finite][0])].item)
             if self.kinds[task] == CLASSIFICATION:
                 values = out.logits[task].float().softmax(-1).tolist()
             else:

@@ -12,7 +12,6 @@ import ast
 import contextlib
 import json
 import logging
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,8 @@ from typing import Any
 from accelerate import Accelerator
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, remove, sha256_file, shielded, stale_temporaries_in, temporary_sibling
+from mtl_decoder.files import atomic_write_json, remove, replace_dir, shielded, stale_temporaries_in, temporary_sibling
+from mtl_decoder.hashing import file_manifest, sha256_file
 
 STATE_FILE = "trainer_state.json"
 PREFIX = "step-"
@@ -40,18 +40,6 @@ def latest_checkpoint(root: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _sha256(path: Path) -> str:
-    return sha256_file(path)
-
-
-def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
-    return {
-        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != STATE_FILE
-    }
-
-
 def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict[str, Any], keep: int) -> Path:
     """Save model, optimizer and RNG states (Accelerate) plus our JSON trainer state; all processes call it."""
     final = root / f"{PREFIX}{step:07d}"
@@ -68,10 +56,8 @@ def save_checkpoint(accelerator: Accelerator, root: Path, step: int, state: dict
             accelerator.save_state(str(tmp))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            atomic_write_json(tmp / STATE_FILE, {**state, "files": file_manifest(tmp)})
-            if final.exists():
-                remove(final)
-            os.replace(tmp, final)
+            atomic_write_json(tmp / STATE_FILE, {**state, "files": file_manifest(tmp, skip=(STATE_FILE,))})
+            replace_dir(tmp, final)
             for old in checkpoint_dirs(root)[:-keep]:
                 remove(old)
     except BaseException as err:  # a full disk, SIGTERM: the half-written folder goes, the older ones stay
@@ -170,7 +156,7 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
         file = path / name
         if not file.is_file():
             raise UserError(f"{file}: missing from the checkpoint; cannot resume from {path}")
-        if file.stat().st_size != expected["bytes"] or _sha256(file) != expected["sha256"]:
+        if file.stat().st_size != expected["bytes"] or sha256_file(file) != expected["sha256"]:
             raise UserError(f"{file}: damaged (size or checksum differs from when it was saved); cannot resume")
     return state
 

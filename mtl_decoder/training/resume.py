@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
 
 from mtl_decoder.config import ExperimentConfig
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import sha256_file
+from mtl_decoder.hashing import sampled_sha256, sha256_file
 
 FINGERPRINTED_SPLITS = ("train", "validation")
 """The splits a run's steps and scores depend on (the test split is honoured: a resume never reads it)."""
@@ -131,12 +130,8 @@ def fingerprint(path: Path) -> dict[str, Any]:
     info = path.stat()
     if info.st_size <= FULL_HASH_BYTES:
         return {"bytes": info.st_size, "sha256": sha256_file(path)}
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for i in range(SAMPLES):
-            f.seek((info.st_size - SAMPLE_BYTES) * i // (SAMPLES - 1))
-            digest.update(f.read(SAMPLE_BYTES))
-    return {"bytes": info.st_size, "sha256_sampled": digest.hexdigest(), "mtime_ns": info.st_mtime_ns}
+    sampled = sampled_sha256(path, SAMPLES, SAMPLE_BYTES)
+    return {"bytes": info.st_size, "sha256_sampled": sampled, "mtime_ns": info.st_mtime_ns}
 
 
 def check_data_unchanged(stored: dict[str, dict[str, Any]] | None, now: dict[str, dict[str, Any]], where: str) -> None:

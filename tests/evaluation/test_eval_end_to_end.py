@@ -319,3 +319,18 @@ def test_negative_max_tokens_is_a_one_line_error_before_anything_is_written(best
     err = capsys.readouterr().err.strip()
     assert err == "error: --max-tokens must be 0 (no token bound) or a positive number of sub-words, got -1"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_while_plotting_names_the_output_folder(best: Path, tmp_path: Path, capsys, monkeypatch):
+    """Issue 38 case 13: the error said 'No space left on device' without a path (a plot's writer names none)."""
+    from mtl_decoder.evaluation import plots
+
+    def full_disk(metrics, plots_dir):
+        plots_dir.mkdir(parents=True)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plots, "write_plots", full_disk)
+    out = tmp_path / "o"
+    assert main(["evaluate", "--model", str(best), "--split", "test", "--output", str(out)]) == 2
+    assert capsys.readouterr().err == f"error: {out}: cannot write the evaluation (No space left on device)\n"
+    assert list(tmp_path.iterdir()) == []

@@ -132,11 +132,11 @@ def test_a_full_disk_in_train_is_one_line_and_leaves_no_temporary(tmp_path, limi
 SIGTERM_IN_BEST = """
 import os, signal
 import mtl_decoder.saved as saved
-write = saved.save_file
-def save_file(*args, **kwargs):  # SIGTERM arrives while best/ is being written
+write = saved.atomic_write_safetensors
+def atomic_write_safetensors(*args, **kwargs):  # SIGTERM arrives while best/ is being written
     os.kill(os.getpid(), signal.SIGTERM)
     return write(*args, **kwargs)
-saved.save_file = save_file
+saved.atomic_write_safetensors = atomic_write_safetensors
 """
 
 

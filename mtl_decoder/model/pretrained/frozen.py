@@ -17,8 +17,6 @@ Inference (``evaluate``, ``predict``; ``FrozenStates.for_inference``) reads the 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from collections import OrderedDict
@@ -30,11 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 
 from mtl_decoder.config import ModelConfig
-from mtl_decoder.files import temporary_sibling
+from mtl_decoder.files import atomic_write_safetensors
+from mtl_decoder.hashing import cache_root, json_sha256, short_digest
 from mtl_decoder.model.decoder import MTLDecoder
 from mtl_decoder.model.heads import TaskHeadSpec
 from mtl_decoder.model.layers import make_norm
@@ -61,14 +59,14 @@ whether loaded from its checkpoint or from a saved model's trunk/ folder."""
 
 
 def default_cache_root() -> Path:
-    return Path(os.environ.get("MTL_DECODER_CACHE", Path.home() / ".cache" / "mtl-decoder")) / "states"
+    return cache_root("states")
 
 
 def config_digest(config: Any) -> str:
     """sha256 of a trunk's config (a transformers PretrainedConfig or a dict) without VOLATILE_CONFIG_KEYS."""
     entries = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     kept = {k: v for k, v in entries.items() if k not in VOLATILE_CONFIG_KEYS}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+    return json_sha256(kept)
 
 
 def cache_folder(identity: BaseIdentity, dtype: str, config: Any = None, compute: str = "fp32") -> str:
@@ -115,7 +113,7 @@ class StateCache:
 
     @staticmethod
     def key(ids: Iterable[int]) -> str:
-        return hashlib.blake2b(np.asarray(list(ids), dtype=np.int64).tobytes(), digest_size=16).hexdigest()
+        return short_digest(np.asarray(list(ids), dtype=np.int64).tobytes())
 
     def __contains__(self, key: str) -> bool:
         return key in self.memory or key in self.pending or key in self.on_disk
@@ -184,9 +182,7 @@ class StateCache:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"shard-{time.time_ns()}-{os.getpid()}.safetensors"
-        tmp = temporary_sibling(final)
-        save_file(self.pending, str(tmp))
-        os.replace(tmp, final)
+        atomic_write_safetensors(final, self.pending)
         self.on_disk.update(dict.fromkeys(self.pending, final))
         self._indexed.add(final)
         self.pending = {}

@@ -4,7 +4,6 @@ and its tokenizer. transformers is imported inside the functions: a native model
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from torch import nn
 
 from mtl_decoder.config import TrunkConfig
 from mtl_decoder.errors import UserError
+from mtl_decoder.hashing import tensors_sha256
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -99,7 +99,7 @@ def load_base(trunk: TrunkConfig) -> tuple[nn.Module, BaseIdentity]:
         architecture=str(base.config.model_type),
         layers=kept,
         hidden_size=int(base.config.hidden_size),
-        sha256=weights_sha256(base),
+        sha256=tensors_sha256(base.state_dict().items()),
     )
     return base, identity
 
@@ -113,14 +113,6 @@ def base_from_config(directory: Path, identity: dict[str, Any], dtype: str) -> t
     base = AutoModel.from_config(config, attn_implementation="sdpa", dtype=DTYPES[dtype])
     base.eval()
     return base, BaseIdentity(**identity)
-
-
-def weights_sha256(model: nn.Module) -> str:
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return digest.hexdigest()
 
 
 def load_tokenizer(trunk: TrunkConfig):

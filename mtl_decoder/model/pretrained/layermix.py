@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from torch import nn
 
 from mtl_decoder.config import SHARED, ModelConfig
 from mtl_decoder.errors import UserError
+from mtl_decoder.hashing import json_bytes, update_with_tensor
 from mtl_decoder.model.experts import RouteLayout
 from mtl_decoder.model.heads import TaskHeadSpec
 from mtl_decoder.model.layers import make_norm
@@ -57,7 +57,7 @@ def prefix_digests(base: nn.Module, blocks: Iterable[int]) -> dict[int, str]:
     wanted = sorted(set(blocks))
     skip = VOLATILE_CONFIG_KEYS | set(_DEPTH_KEYS)  # the same entries frozen.config_digest leaves out, and depth
     config = {k: v for k, v in base.config.to_dict().items() if k not in skip and not k.startswith("_")}
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    digest = hashlib.sha256(json_bytes(config))
     pattern = re.compile(rf"^{re.escape(blocks_attribute(base))}\.(\d+)\.")
     by_block: dict[int, list[tuple[str, torch.Tensor]]] = {}
     for name, tensor in base.state_dict().items():
@@ -65,19 +65,14 @@ def prefix_digests(base: nn.Module, blocks: Iterable[int]) -> dict[int, str]:
         if match is not None:
             by_block.setdefault(int(match.group(1)), []).append((name, tensor))
         elif not by_block:  # in front of the first block; what follows the blocks (the final norm) is left out
-            _update(digest, name, tensor)
+            update_with_tensor(digest, name, tensor)
     out = {}
     for i in range(wanted[-1]):
         for name, tensor in by_block.get(i, []):
-            _update(digest, name, tensor)
+            update_with_tensor(digest, name, tensor)
         if i + 1 in wanted:
             out[i + 1] = digest.copy().hexdigest()
     return out
-
-
-def _update(digest, name: str, tensor: torch.Tensor) -> None:
-    digest.update(name.encode())
-    digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
 
 
 class LayeredCache:

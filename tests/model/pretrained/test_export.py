@@ -169,3 +169,48 @@ def test_the_export_command(root, tmp_path, capsys):
     args = ["export", "--model", str(lora), "--trunk", "--output", str(tmp_path / "hf"), "--force", "--expert", "ner/0"]
     assert main(args) == 0
     assert "expert `ner/0`" in (tmp_path / "hf" / "README.md").read_text()
+
+
+def test_force_never_replaces_a_folder_that_is_not_an_export(root, tmp_path):
+    """Issue 38 case 7: ``export --force`` emptied a folder holding src/, data/ and notes."""
+    lora = trained(root, "lora").best
+    other = tmp_path / "work"
+    (other / "src").mkdir(parents=True)
+    (other / "data").mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match=r"is not an export of mtl-decoder \(data/, notes.txt, src/\)") as caught:
+        export_trunk(lora, other, force=True)
+    assert "\n" not in str(caught.value)
+    assert sorted(p.name for p in other.iterdir()) == ["data", "notes.txt", "src"]
+    first = export_trunk(lora, tmp_path / "hf")
+    assert (tmp_path / "hf" / ".mtl-decoder-export").is_file() and not first.notes[-1].startswith("--force")
+    again = export_trunk(lora, tmp_path / "hf", force=True)
+    assert again.notes[-1].startswith(f"--force replaced the earlier export in {tmp_path / 'hf'}, removing: ")
+    assert "model.safetensors" in again.notes[-1] and ".mtl-decoder-export" in again.notes[-1]
+
+
+def test_a_full_disk_in_export_is_one_line_naming_the_output(root, tmp_path, monkeypatch):
+    """Issue 38 case 10: a SafetensorError traceback."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    def full_disk(tensors, filename, metadata=None):
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    out = tmp_path / "hf"
+    with pytest.raises(UserError, match=f"^{out}: cannot write the export \\(Error while serializing") as caught:
+        export_trunk(trained(root, "lora").best, out)
+    assert "\n" not in str(caught.value) and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("manifest", [True, False])
+def test_a_model_folder_without_its_trunk_config_is_named(root, tmp_path, manifest):
+    """Issue 38 case 10: ``ValueError: Unrecognized model``."""
+    folder = Path(shutil.copytree(trained(root, "upcycle").best, tmp_path / "best"))
+    (folder / "trunk" / "config.json").unlink()
+    if not manifest:
+        (folder / "manifest.json").unlink()
+    with pytest.raises(UserError, match=f"^{folder / 'trunk' / 'config.json'}: missing") as caught:
+        export_trunk(folder, tmp_path / "hf")
+    assert "\n" not in str(caught.value)
