@@ -77,9 +77,15 @@ def test_a_student_word_takes_the_teacher_word_it_starts_in():
 def test_the_target_store_keeps_entries_across_instances(tmp_path):
     store = TargetStore(tmp_path / "t", flush_every=2)
     entries = {
-        text_key(["a", "b"]): {"ner": torch.rand(2, 3).half(), "sentiment": torch.rand(2).half()},
-        text_key("a b"): {"ner": torch.rand(2, 3).half(), SPANS: torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)},
-        text_key("c"): {"sentiment": torch.rand(2).half()},
+        text_key(["a", "b"]): {
+            "ner": torch.rand(2, 3).softmax(-1).half(),
+            "sentiment": torch.rand(2).softmax(-1).half(),
+        },
+        text_key("a b"): {
+            "ner": torch.rand(2, 3).softmax(-1).half(),
+            SPANS: torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
+        },
+        text_key("c"): {"sentiment": torch.rand(2).softmax(-1).half()},
     }
     for key, value in entries.items():
         store.put(key, value)
