@@ -139,6 +139,8 @@ class ShardedStore:
         try:
             os.replace(shard, aside)
             where = f"set aside as {aside.name}"
+        except FileNotFoundError:
+            where = "already set aside by another process"
         except OSError:
             where = "left in place (the folder is not writable)"
         print(f"warning: {shard}: damaged cache shard ({reason}); {where}, its entries are computed again",
