@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -226,6 +227,14 @@ def umask() -> int:
     return mask
 
 
+def write_reason(err: BaseException) -> str:
+    """The few words of a failed write ('No space left on device'), from an OSError or safetensors' wrapped one."""
+    if isinstance(err, OSError):
+        return os_reason(err)
+    found = re.search(r'message: "([^"]+)"', str(err))
+    return found.group(1) if found else (str(err).strip().splitlines() or ["write failed"])[0]
+
+
 def atomic_write_safetensors(path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> Path:
     """Write ``tensors`` as a safetensors file through a temporary sibling and a rename, with the permissions of
     any other new file (safetensors itself creates 0600); a failed write (a full disk) leaves nothing and is a
@@ -242,7 +251,7 @@ def atomic_write_safetensors(path: str | Path, tensors: dict[str, Any], metadata
     except OSError as err:
         raise write_failed(path, err) from None
     except SafetensorError as err:  # how safetensors reports a full disk
-        raise write_failed(path, (str(err).strip().splitlines() or [""])[0]) from None
+        raise write_failed(path, write_reason(err)) from None
     finally:
         with shielded():
             tmp.unlink(missing_ok=True)

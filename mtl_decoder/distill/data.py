@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +20,7 @@ from mtl_decoder.data.formats import BadRecord
 from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.distill.targets import SPANS, Item, align
 from mtl_decoder.errors import DataError, UserError
+from mtl_decoder.paths import path_problem
 from mtl_decoder.prediction.inputs import InputReader
 
 
@@ -47,13 +47,27 @@ def read_unlabelled(paths: list[str], limit: int | None) -> list[tuple[str, list
     return out
 
 
+TEXT_COLUMN_HINT = "; use --text-column"
+"""predict's advice for a .csv/.tsv file without a 'text' column; distill has no such flag."""
+
+
 def _records(path: str) -> Iterator[Item]:
-    if not Path(path).is_file():
-        raise UserError(f"{path}: no such unlabelled file")
-    for record in InputReader(path):
-        if isinstance(record, BadRecord):
-            raise DataError(path, record.line, record.reason, record.field)
-        yield record.item
+    problem = path_problem(path, "file")
+    if problem is not None:
+        raise UserError(f"unlabelled file {path}: {problem}")
+    try:
+        reader = InputReader(path)
+        for record in reader:
+            if isinstance(record, BadRecord):
+                raise DataError(path, record.line, record.reason, record.field)
+            yield record.item
+    except DataError as err:
+        if not err.reason.endswith(TEXT_COLUMN_HINT):
+            raise
+        reason = (
+            err.reason.removesuffix(TEXT_COLUMN_HINT) + "; distill reads the texts of a .csv/.tsv file's 'text' column"
+        )
+        raise DataError(err.path, err.line, reason, err.field) from None
 
 
 def attach_targets(
@@ -62,12 +76,16 @@ def attach_targets(
     teacher: list[dict[str, torch.Tensor]],
     encoder: TextEncoder,
     kinds: dict[str, str],
+    columns: dict[str, list[int]] | None = None,
 ) -> list[DistilledExample]:
-    """Each encoded student example (of ``items``, in order) with its teacher targets on its own words."""
+    """Each encoded student example (of ``items``, in order) with its teacher targets on its own words, and in
+    its own label order: ``columns[task]`` lists the teacher's column of each student label (default: the same)."""
     raw = [i for i, item in enumerate(items) if isinstance(item, str)]
     spans = dict(zip(raw, (e.spans for e in encoder.encode_batch([items[i] for i in raw])), strict=True))
+    reorder = {task: torch.tensor(c) for task, c in (columns or {}).items() if c != sorted(c)}
     out = []
     for i, (ex, found) in enumerate(zip(examples, teacher, strict=True)):
+        found = {part: t[..., reorder[part]] if part in reorder else t for part, t in found.items()}
         kept = ex.alignment.kept if ex.alignment is not None else max(ex.word_index, default=-1) + 1
         # a raw text: each student word takes the teacher word it starts in; a word list: the same words
         index = align(found[SPANS], spans[i][:kept]) if i in spans and SPANS in found else list(range(kept))

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from mtl_decoder.config import TAGGING, DistillConfig, ExperimentConfig, load_config
+from mtl_decoder.config import CLASSIFICATION, TAGGING, DistillConfig, ExperimentConfig, load_config
 from mtl_decoder.data.batching import MultiTaskDataset
 from mtl_decoder.distill.data import DistillCollator, attach_targets, encode_items, read_unlabelled
 from mtl_decoder.distill.loss import DistillLossSpec, classification_divergence, mix, tagging_divergence
@@ -36,7 +36,7 @@ from mtl_decoder.saved import CONFIG_FILE, LABELS_FILE, REQUIRED_FILES, _read_co
 from mtl_decoder.training.run_dir import RunDirectory
 from mtl_decoder.training.setup import RunData
 from mtl_decoder.training.state import TrainResult
-from mtl_decoder.training.trainer import Trainer
+from mtl_decoder.training.trainer import Trainer, run_trainer
 
 __all__ = ["DISTILL_FILE", "DistillTrainer", "check_teacher", "distill"]
 
@@ -68,18 +68,14 @@ def distill(
     run_dir = Path(output_dir) if output_dir is not None else Path(config.training.output_dir)
     stored_hash = _stored_teacher_hash(run_dir) if resume or config.training.resume_from else None
     config = check_teacher(dataclasses.replace(config, distill=settings), Path(teacher), stored_hash)
-    trainer = DistillTrainer(config, output_dir, resume=resume, overwrite=overwrite)
-    try:
-        trainer.setup()
-        trainer.train()
-        return trainer.save()
-    finally:
-        trainer.cleanup()
+    return run_trainer(DistillTrainer(config, output_dir, resume=resume, overwrite=overwrite))
 
 
 def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | None = None) -> ExperimentConfig:
-    """The student's config with its teacher recorded (folder, fingerprint) and its tasks' label sets the teacher's;
-    a one-line UserError where the pair cannot be distilled. Reads the teacher's config and labels only."""
+    """The student's config with its teacher recorded (folder, fingerprint) and, for a task without a ``labels``
+    list, the teacher's; a one-line UserError where the pair cannot be distilled. Reads the teacher's config and
+    labels only. A task's labels stay in the student's order (the ids in its files are read through it); the
+    teacher's targets are put in that order when attached (``label_columns``)."""
     if not teacher.is_dir():
         raise UserError(f"--teacher {teacher}: no such model folder")
     for name in REQUIRED_FILES:
@@ -87,7 +83,7 @@ def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | No
             raise UserError(f"--teacher {teacher}: not a model folder (missing {name})")
     teacher_cfg = _read_config(teacher / CONFIG_FILE)
     teacher_labels = _read_labels(teacher / LABELS_FILE, teacher_cfg)
-    tasks = {}
+    tasks = dict(config.tasks)
     for name, task in config.tasks.items():
         theirs = teacher_cfg.tasks.get(name)
         if theirs is None:
@@ -103,7 +99,8 @@ def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | No
                 f"config key 'tasks.{name}.labels': {sorted(task.labels)} is not --teacher {teacher}'s label set "
                 f"{sorted(labels)}: student and teacher must share each task's labels"
             )
-        tasks[name] = dataclasses.replace(task, labels=list(labels))  # the teacher's order: its targets' columns
+        if task.labels is None:  # the teacher's label set; a student's own list keeps its order (its files' ids)
+            tasks[name] = dataclasses.replace(task, labels=list(labels))
     fingerprint = teacher_fingerprint(teacher)
     for pinned, where in ((config.distill.teacher_hash, "distill.teacher_hash"), (stored_hash, "the run's config")):
         if pinned is not None and pinned != fingerprint:
@@ -113,6 +110,21 @@ def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | No
             )
     distill_cfg = dataclasses.replace(config.distill, teacher=str(teacher.resolve()), teacher_hash=fingerprint)
     return dataclasses.replace(config, tasks=tasks, distill=distill_cfg)
+
+
+def label_columns(teacher: Path, label_sets: dict[str, list[str]]) -> dict[str, list[int]]:
+    """Per task, the teacher's target column of each of the student's labels, in the student's order."""
+    labels = _read_labels(teacher / LABELS_FILE, _read_config(teacher / CONFIG_FILE))
+    columns = {}
+    for task, ours in label_sets.items():
+        theirs = labels.get(task, [])
+        if sorted(ours) != sorted(theirs):
+            raise UserError(
+                f"task '{task}': the run's labels {sorted(ours)} are not --teacher {teacher}'s label set "
+                f"{sorted(theirs)}: student and teacher must share each task's labels"
+            )
+        columns[task] = [theirs.index(label) for label in ours]
+    return columns
 
 
 def _stored_teacher_hash(run_dir: Path) -> str | None:
@@ -150,10 +162,12 @@ class DistillTrainer(Trainer):
         items = train_items + extra_items
         # The main process labels, the others then find the targets on disk. Building the teacher draws from
         # torch's RNG: forked, so the student starts from the same weights whether its targets were cached or not.
+        columns = label_columns(Path(self.cfg.distill.teacher), data.label_sets)
         with acc.main_process_first(), torch.random.fork_rng(devices=[]):
-            found, counts = self._teacher_targets(items, progress=acc.is_main_process)
+            shapes = {t: (1 if k == CLASSIFICATION else 2, len(data.label_sets[t])) for t, k in self.kinds.items()}
+            found, counts = self._teacher_targets(items, shapes, progress=acc.is_main_process)
         encoded = data.dataset.examples + encode_items(extra_items, data.encoder)
-        examples = attach_targets(encoded, items, found, data.encoder, self.kinds)
+        examples = attach_targets(encoded, items, found, data.encoder, self.kinds, columns)
         sizes = data.dataset.source_sizes + [len(texts) for _, texts in self.unlabelled]
         bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
         dataset = MultiTaskDataset([examples[a:b] for a, b in itertools.pairwise(bounds)])
@@ -176,12 +190,16 @@ class DistillTrainer(Trainer):
             atomic_write_json(self.run.path / DISTILL_FILE, {**teacher, "targets": counts})
         return dataclasses.replace(data, dataset=dataset, report=data.report + report)
 
-    def _teacher_targets(self, items: list[Item], progress: bool) -> tuple[list[dict], dict[str, Any]]:
-        """Every item's targets, from the cache or (loading the teacher only then) computed and cached."""
+    def _teacher_targets(
+        self, items: list[Item], shapes: dict[str, tuple[int, int]], progress: bool
+    ) -> tuple[list[dict], dict[str, Any]]:
+        """Every item's targets, from the cache or (loading the teacher only then) computed and cached; ``shapes``:
+        task -> (dimensions, labels) of its targets, checked in every shard read."""
         d = self.cfg.distill
-        root = Path(d.cache_dir) if d.cache_dir else default_cache_root()
-        store = TargetStore(root / d.teacher_hash)
+        root = Path(d.cache_dir).expanduser() if d.cache_dir else default_cache_root()
+        store = TargetStore(root / d.teacher_hash, shapes=shapes)
         keys = [key_of(item) for item in items]
+        store.load(keys)  # every shard these texts need, checked: a damaged one's texts are labelled again
         todo, seen = [], set()  # the first occurrence of each text not in the cache
         for i, k in enumerate(keys):
             if k not in store and k not in seen:
@@ -191,6 +209,7 @@ class DistillTrainer(Trainer):
         counts = {"texts": len(items), "computed": len(todo), "from_cache": cached, "teacher_forwards": 0}
         counts["repeated"] = len(items) - len(todo) - cached  # the same text again: labelled once
         if todo:
+            store.disk.check_writable("distill.cache_dir" if d.cache_dir else "the target cache")
             saved = load_model(d.teacher, device=self.accelerator.device)
             saved.for_inference()  # the teacher reads its trunk's states but never fills the disk or memory with them
             labeller = TeacherLabeller(saved, saved.config.data.eval_batch_size)

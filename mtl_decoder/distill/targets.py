@@ -7,27 +7,25 @@ text into other words takes each word's targets from the teacher word it starts 
 
 Kept like the frozen trunk's state cache: a folder per teacher fingerprint (``teacher_fingerprint``: the hash of
 the teacher folder's weights, config, labels and tokenizer), an entry per text key (the hash of the words or the
-text), shards of safetensors written whole and renamed into place, never modified, never unpickled.
+text), shards of safetensors written whole and renamed into place, never modified, never unpickled, each checked
+when read (``check_targets``): a damaged shard is set aside and its texts labelled again.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
-import os
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from mtl_decoder.config import CLASSIFICATION
 from mtl_decoder.data.batching import EncodedExample, collator_for
-from mtl_decoder.files import atomic_write_safetensors
 from mtl_decoder.hashing import cache_root, files_fingerprint, short_digest
 from mtl_decoder.model.heads import word_level
 from mtl_decoder.saved import SavedModel
+from mtl_decoder.tensorstore import ShardedStore
 
 SPANS = "spans"
 """The entry of a raw text's word spans (W, 2), beside one entry per task."""
@@ -54,45 +52,73 @@ def text_key(item: Item) -> str:
     return short_digest(json.dumps(item, ensure_ascii=False).encode())
 
 
-class TargetStore:
-    """Text key -> {task or SPANS: tensor}, in memory and in a folder of safetensors shards."""
+ROW_SUM_TOLERANCE = 0.02
+"""How far a stored probability row may sum from 1 (float16 rounds each of its values by up to 2**-11)."""
 
-    def __init__(self, directory: Path, flush_every: int = 4096):
+
+def check_targets(tensors: dict[str, torch.Tensor], shapes: dict[str, tuple[int, int]] | None = None) -> str | None:
+    """Why tensors read from a target shard are not targets, or None. Each task part: float16 probabilities whose
+    rows sum to 1, of ``shapes[task]`` = (dimensions, labels) for the tasks it names ((L,) a class, (W, L) tags),
+    which every entry holds; each SPANS part: (W, 2) int32 character spans."""
+    parts: dict[str, set[str]] = {}
+    for name, t in tensors.items():
+        key, _, part = name.partition("/")
+        parts.setdefault(key, set()).add(part)
+        if part == SPANS:
+            if t.dtype != torch.int32 or t.dim() != 2 or t.shape[1] != 2 or bool((t < 0).any()):
+                return f"'{name}' is not (words, 2) int32 character spans"
+            continue
+        dims, labels = (shapes or {}).get(part, (t.dim(), t.shape[-1] if t.dim() else 0))
+        if not part or t.dtype != STORE_DTYPE or t.dim() not in (1, 2) or (t.dim(), t.shape[-1]) != (dims, labels):
+            want = "(labels,)" if dims == 1 else "(words, labels)"
+            return f"'{name}' is a {tuple(t.shape)} {t.dtype} tensor, not {want} {STORE_DTYPE} with {labels} labels"
+        rows = t.float().reshape(-1, labels)
+        if bool((rows < 0).any()) or bool(((rows.sum(-1) - 1).abs() > ROW_SUM_TOLERANCE).any()):
+            return f"'{name}' holds rows that are not probabilities (each in [0, 1], summing to 1)"
+    for key, found in parts.items():
+        missing = sorted(set(shapes or {}) - found)
+        if missing:
+            return f"entry '{key}' has no targets for {', '.join(missing)}"
+    return None
+
+
+class TargetStore:
+    """Text key -> {task or SPANS: tensor}, in memory and in a folder of safetensors shards (``ShardedStore``,
+    every shard checked with ``check_targets`` when read). ``shapes``: task -> (dimensions, labels) of the
+    targets read (1: a class, 2: tags), checked in every shard."""
+
+    def __init__(self, directory: Path, flush_every: int = 4096, shapes: dict[str, tuple[int, int]] | None = None):
         self.directory, self.flush_every = directory, flush_every
-        self.shard_of: dict[str, Path] = {}
         self.memory: dict[str, dict[str, torch.Tensor]] = {}
         self.pending: dict[str, dict[str, torch.Tensor]] = {}
-        self._indexed: set[Path] = set()
-        self.rescan()
+        self.disk = ShardedStore(directory, lambda tensors: check_targets(tensors, shapes))
 
     def rescan(self) -> None:
         """Index the shards on disk (other runs or processes may have written some since)."""
-        if not self.directory.is_dir():
-            return
-        for shard in sorted(self.directory.glob("shard-*.safetensors")):
-            if shard not in self._indexed:
-                with safe_open(str(shard), framework="pt") as f:
-                    self.shard_of.update((name.split("/", 1)[0], shard) for name in f.keys())  # noqa: SIM118
-                self._indexed.add(shard)
+        self.disk.rescan()
 
     def __contains__(self, key: str) -> bool:
-        return key in self.memory or key in self.shard_of
+        return key in self.memory or key in self.disk
 
     def __len__(self) -> int:
-        return len(self.memory.keys() | self.shard_of.keys())
+        return len(self.memory.keys() | self.disk.keys())
 
     def get(self, key: str) -> dict[str, torch.Tensor]:
         if key not in self.memory:
-            self._load_shard(self.shard_of[key])
+            self._load_shard(self.disk.location[key])
         return self.memory[key]
 
+    def load(self, keys: list[str]) -> None:
+        """Read (and so check) every shard holding one of ``keys``: an entry of a damaged shard is then absent and
+        is computed again, before any training relies on it."""
+        for shard in sorted({self.disk.location[k] for k in keys if k not in self.memory and k in self.disk}):
+            self._load_shard(shard)
+
     def _load_shard(self, shard: Path) -> None:
-        """Every entry of a shard at once (training reads them all), copied out of the file mapping (one mapping
-        per tensor would run out of the kernel's map count, as the state cache found)."""
-        with safe_open(str(shard), framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
-                key, part = name.split("/", 1)
-                self.memory.setdefault(key, {})[part] = f.get_tensor(name).clone()
+        """Every entry of a shard at once (training reads them all); nothing when the shard is damaged."""
+        for name, t in (self.disk.read_shard(shard) or {}).items():
+            key, part = name.split("/", 1)
+            self.memory.setdefault(key, {})[part] = t
 
     def put(self, key: str, targets: dict[str, torch.Tensor]) -> None:
         self.memory[key] = targets
@@ -104,12 +130,7 @@ class TargetStore:
         """The entries since the last flush as one new shard (written whole, then renamed into place)."""
         if not self.pending:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        final = self.directory / f"shard-{time.time_ns()}-{os.getpid()}.safetensors"
-        flat = {f"{key}/{part}": t.contiguous() for key, parts in self.pending.items() for part, t in parts.items()}
-        atomic_write_safetensors(final, flat)
-        self.shard_of.update(dict.fromkeys(self.pending, final))
-        self._indexed.add(final)
+        self.disk.write({f"{key}/{part}": t for key, parts in self.pending.items() for part, t in parts.items()})
         self.pending = {}
 
 

@@ -50,7 +50,7 @@ from mtl_decoder.training.setup import (
 )
 from mtl_decoder.training.state import TrainResult, TrainState
 
-__all__ = ["NonFiniteLoss", "TrainResult", "Trainer", "train"]
+__all__ = ["NonFiniteLoss", "TrainResult", "Trainer", "run_trainer", "train"]
 
 
 def train(
@@ -64,7 +64,12 @@ def train(
     modified (``output_dir`` overrides training.output_dir in the run's own copy)."""
     if not isinstance(config, ExperimentConfig):
         config = load_config(config, list(overrides))
-    trainer = Trainer(config, output_dir, resume=resume, overwrite=overwrite)
+    return run_trainer(Trainer(config, output_dir, resume=resume, overwrite=overwrite))
+
+
+def run_trainer(trainer: Trainer) -> TrainResult:
+    """setup -> train -> save -> cleanup, ending as ``failures.ending`` says when the run cannot go on (a run
+    that fails before its first step leaves its folder as it found it)."""
     with terminate_unwinds() as trainer.unwinder:  # SIGTERM unwinds: temporaries go, the lock is let go
         try:
             trainer.setup()
@@ -169,7 +174,10 @@ class Trainer(TrainingLoop):
             return Path(explicit)
         found = latest_checkpoint(self.run.checkpoints)
         if found is None:
-            raise UserError(f"--resume: no complete checkpoint in {self.run.checkpoints}")
+            raise UserError(
+                f"--resume: no complete checkpoint in {self.run.checkpoints} (the run stopped before its first): "
+                "start it over with --overwrite"
+            )
         return found
 
     def _setup_data(self, resumed: bool, to_remove: list[Path]) -> RunData:

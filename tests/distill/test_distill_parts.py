@@ -15,7 +15,7 @@ from mtl_decoder.config import load_config
 from mtl_decoder.distill.data import read_unlabelled
 from mtl_decoder.distill.loss import DistillLossSpec, divergence, mix, tagging_divergence
 from mtl_decoder.distill.targets import SPANS, TargetStore, align, text_key
-from mtl_decoder.errors import ConfigError, DataError
+from mtl_decoder.errors import ConfigError, DataError, UserError
 
 
 def kl_by_hand(student: list[float], teacher: list[float], t: float) -> float:
@@ -77,9 +77,15 @@ def test_a_student_word_takes_the_teacher_word_it_starts_in():
 def test_the_target_store_keeps_entries_across_instances(tmp_path):
     store = TargetStore(tmp_path / "t", flush_every=2)
     entries = {
-        text_key(["a", "b"]): {"ner": torch.rand(2, 3).half(), "sentiment": torch.rand(2).half()},
-        text_key("a b"): {"ner": torch.rand(2, 3).half(), SPANS: torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)},
-        text_key("c"): {"sentiment": torch.rand(2).half()},
+        text_key(["a", "b"]): {
+            "ner": torch.rand(2, 3).softmax(-1).half(),
+            "sentiment": torch.rand(2).softmax(-1).half(),
+        },
+        text_key("a b"): {
+            "ner": torch.rand(2, 3).softmax(-1).half(),
+            SPANS: torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
+        },
+        text_key("c"): {"sentiment": torch.rand(2).softmax(-1).half()},
     }
     for key, value in entries.items():
         store.put(key, value)
@@ -109,3 +115,15 @@ def test_distill_settings_are_checked_naming_the_key(override, key):
     with pytest.raises(ConfigError) as err:
         load_config(Path(__file__).resolve().parents[2] / "configs" / "demo.yaml", [override])
     assert err.value.key == key
+
+
+def test_an_unlabelled_file_that_cannot_be_read_says_why_in_distills_terms(tmp_path):
+    csv = tmp_path / "u.csv"
+    csv.write_text("sentence,id\nhello there,1\n", encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        read_unlabelled([str(csv)], None)
+    assert "no column 'text'" in str(err.value) and "--text-column" not in str(err.value)  # distill has no flag
+    with pytest.raises(UserError, match=r"is a folder, not a file"):
+        read_unlabelled([str(tmp_path)], None)
+    with pytest.raises(UserError, match=r"file not found"):
+        read_unlabelled([str(tmp_path / "missing.txt")], None)

@@ -17,7 +17,6 @@ Inference (``evaluate``, ``predict``; ``FrozenStates.for_inference``) reads the 
 
 from __future__ import annotations
 
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -27,16 +26,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import safe_open
 from torch import nn
 
 from mtl_decoder.config import ModelConfig
-from mtl_decoder.files import atomic_write_safetensors
 from mtl_decoder.hashing import cache_root, json_sha256, short_digest
 from mtl_decoder.model.decoder import MTLDecoder
 from mtl_decoder.model.heads import TaskHeadSpec
 from mtl_decoder.model.layers import make_norm
 from mtl_decoder.model.pretrained.hub import DTYPES, BaseIdentity
+from mtl_decoder.tensorstore import ShardedStore
 
 STORE_DTYPE = torch.float16
 """Cached states are stored in half precision: half the disk and memory, far below what the layers above resolve."""
@@ -60,6 +58,16 @@ whether loaded from its checkpoint or from a saved model's trunk/ folder."""
 
 def default_cache_root() -> Path:
     return cache_root("states")
+
+
+def check_states(tensors: dict[str, torch.Tensor]) -> str | None:
+    """Why tensors read from a state shard are not states (each (T, H) in STORE_DTYPE, one H per shard), or None."""
+    widths = set()
+    for key, states in tensors.items():
+        if states.dim() != 2 or states.dtype != STORE_DTYPE:
+            return f"'{key}' is a {states.dim()}-d {states.dtype} tensor, not (tokens, width) {STORE_DTYPE} states"
+        widths.add(states.shape[1])
+    return f"states of several widths {sorted(widths)} in one shard" if len(widths) > 1 else None
 
 
 def config_digest(config: Any) -> str:
@@ -92,9 +100,8 @@ class StateCache:
         self.directory, self.flush_every = directory, flush_every
         self.write, self.max_entries = write, max_entries
         self.memory: OrderedDict[str, torch.Tensor] = OrderedDict()
-        self.on_disk: dict[str, Path] = {}
+        self.disk = ShardedStore(directory, check_states)
         self.pending: dict[str, torch.Tensor] = {}
-        self._indexed: set[Path] = set()
         self._computed: set[str] = set()
         """Keys put() by this cache that are still in memory: finding one again is a repeat inside the data."""
         self.hits = self.misses = self.repeats = 0
@@ -103,13 +110,12 @@ class StateCache:
 
     def rescan(self) -> None:
         """Index the shards on disk (those other processes or runs may have written since)."""
-        if self.directory is not None and self.directory.is_dir():
-            for shard in sorted(self.directory.glob("shard-*.safetensors")):
-                if shard in self._indexed:
-                    continue
-                with safe_open(str(shard), framework="pt") as f:
-                    self.on_disk.update(dict.fromkeys(f.keys(), shard))
-                self._indexed.add(shard)
+        self.disk.rescan()
+
+    @property
+    def on_disk(self) -> dict[str, Path]:
+        """Key -> the shard holding its states."""
+        return self.disk.location
 
     @staticmethod
     def key(ids: Iterable[int]) -> str:
@@ -130,9 +136,8 @@ class StateCache:
         if found is None and key in self.on_disk:
             if self.max_entries is None:
                 self._load_shard(self.on_disk[key])
-                return self.memory[key]
-            with safe_open(str(self.on_disk[key]), framework="pt") as f:
-                found = f.get_tensor(key).clone()  # copied out of the mapping (see _load_shard)
+                return self.memory.get(key)  # None: its shard was damaged, the states are computed again
+            found = self.disk.read(key)
         if found is not None:
             self._remember(key, found)
         return found
@@ -158,12 +163,10 @@ class StateCache:
 
     def _load_shard(self, shard: Path) -> None:
         """Read every entry of a shard into memory at once (batches draw from all shards, so the rest is needed
-        soon), each copied out of the file mapping: a tensor safetensors returns keeps its shard mapped, and one
-        mapping per cached sequence ran out of the kernel's map count (65,530) on 82k CoNLL + SST-2 sequences."""
-        with safe_open(str(shard), framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
-                if name not in self.memory:
-                    self.memory[name] = f.get_tensor(name).clone()
+        soon); nothing when the shard is damaged."""
+        for name, states in (self.disk.read_shard(shard) or {}).items():
+            if name not in self.memory:
+                self.memory[name] = states
 
     def put(self, key: str, states: torch.Tensor) -> torch.Tensor:
         """Cache ``states`` (stored as STORE_DTYPE); returns the stored tensor."""
@@ -180,11 +183,7 @@ class StateCache:
         """Write the states computed since the last flush as one new shard (whole, then renamed into place)."""
         if not self.pending or self.directory is None or not self.write:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        final = self.directory / f"shard-{time.time_ns()}-{os.getpid()}.safetensors"
-        atomic_write_safetensors(final, self.pending)
-        self.on_disk.update(dict.fromkeys(self.pending, final))
-        self._indexed.add(final)
+        self.disk.write(self.pending)
         self.pending = {}
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from mtl_decoder.model.pretrained.frozen import STORE_DTYPE, StateCache
 
@@ -41,3 +42,31 @@ def test_reading_the_cache_keeps_no_file_mapped(tmp_path):
     got = [reader.get(key) for key in written]
     assert all(g is not None for g in got)
     assert mappings() == 0
+
+
+def test_a_folder_in_the_format_written_before_reads_back(tmp_path):
+    """The on-disk format: shard-<ns>-<pid>.safetensors holding one float16 (T, H) tensor per key, by hand."""
+    written = {StateCache.key([i, 7]): torch.randn(2 + i, 8).to(STORE_DTYPE) for i in range(3)}
+    save_file(written, str(tmp_path / "shard-1700000000000000000-42.safetensors"))
+    for bound in (None, 2):
+        reader = StateCache(tmp_path, max_entries=bound)
+        assert all(torch.equal(reader.get(key), states) for key, states in written.items())
+
+
+@pytest.mark.parametrize("bound", [None, 4])
+@pytest.mark.parametrize("how", ["truncated", "NaN", "not states"])
+def test_a_damaged_shard_is_set_aside_and_its_states_are_computed_again(tmp_path, capsys, how, bound):
+    written = _filled(tmp_path, 4)  # one shard of 2 keys, one of 2
+    shard = sorted(tmp_path.glob("shard-*.safetensors"))[0]
+    keys = list(load_file(shard))
+    if how == "truncated":
+        shard.write_bytes(shard.read_bytes()[:-5])
+    else:
+        bad = {k: written[k].to(STORE_DTYPE) for k in keys}
+        bad[keys[0]] = bad[keys[0]].float() if how == "not states" else bad[keys[0]] * float("nan")
+        save_file(bad, str(shard))
+    reader = StateCache(tmp_path, max_entries=bound)
+    assert [reader.lookup(key) for key in keys] == [None, None] and reader.misses == 2  # computed again
+    assert f"warning: {shard}: damaged cache shard" in capsys.readouterr().err
+    others = [k for k in written if k not in keys]
+    torch.testing.assert_close(reader.get(others[0]), written[others[0]].to(STORE_DTYPE))  # the sound shard
