@@ -48,7 +48,7 @@ from mtl_decoder.prediction.common import (
 )
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord
 from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, prediction_dict
-from mtl_decoder.prediction.parts import COUNTS, check_part_target
+from mtl_decoder.prediction.parts import COUNTS, InputDigest, check_part_target, file_fingerprint, model_fingerprint
 from mtl_decoder.prediction.writer import RunWriter
 from mtl_decoder.processes import Processes, ProcessFailed, Share
 
@@ -110,7 +110,7 @@ def predict_file_sharded(
                 precision, workers, gate_table, cache_states, cache_dir, max_tokens,
             )  # fmt: skip
 
-        reader, predictor, names, share, summary = _agree(processes, prepare)
+        reader, predictor, names, share, summary, job = _agree(processes, prepare)
         skip = on_error == "skip"
         show = processes.is_main and (sys.stderr.isatty() if progress is None else progress)
         bar = tqdm(desc="predict", unit=" rec", disable=not show, delay=1.0, mininterval=0.5, file=sys.stderr)
@@ -125,7 +125,7 @@ def predict_file_sharded(
             summary.empty_lines = reader.empty_lines
             if writer is not None:
                 with unwinder.deferred():  # the files of this run go into place together
-                    writer.commit(_footer(share, reader, seen, summary, on_error, names), summary)
+                    writer.commit(_footer(share, reader, seen, summary, on_error, names, job), summary)
         finally:
             bar.close()
             if writer is not None:
@@ -152,9 +152,9 @@ def _prepare(
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
     max_tokens: int | None = None,
-) -> tuple[InputReader, Predictor, list[str], Share, PredictSummary]:
+) -> tuple[InputReader, Predictor, list[str], Share, PredictSummary, dict[str, Any]]:
     """Everything checked and loaded before the first record is read, on every process (the targets on the main
-    one, which alone writes)."""
+    one, which alone writes); last, what identifies the job's model for a part's footer (empty without a shard)."""
     if on_error not in ON_ERROR:
         raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
     check_batch_size(batch_size)
@@ -182,7 +182,10 @@ def _prepare(
         for stale in stale_temporaries(output) + stale_temporaries(errors):  # left by a killed run
             remove(stale)
             summary.removed.append(str(stale))
-    return reader, predictor, names, share, summary
+    job = {}
+    if shard is not None and processes.is_main:
+        job = {"model": model_fingerprint(saved), "gate_table": file_fingerprint(gate_table)}
+    return reader, predictor, names, share, summary, job
 
 
 # ------------------------------------------------------------------------------------------------ the stream
@@ -196,6 +199,8 @@ class _Reading:
     """Readable records (the ones dealt in blocks)."""
     records: int = 0
     """Every record, readable or not (the input indices)."""
+    digest: InputDigest = field(default_factory=InputDigest)
+    """A fingerprint of every record read, for a part's footer."""
 
 
 def _own(
@@ -205,6 +210,7 @@ def _own(
     mode (every process meets it) and goes to the main process's errors file (or part) in skip mode."""
     for index, record in enumerate(reader):
         seen.records += 1
+        seen.digest.add(record)
         mine = share.in_shard(seen.dealt)
         summary.read += mine
         if isinstance(record, BadRecord):
@@ -353,7 +359,13 @@ def _stop(processes: Processes, verdict: tuple[int, str, str], own_error: BaseEx
 
 
 def _footer(
-    share: Share, reader: InputReader, seen: _Reading, summary: PredictSummary, on_error: str, tasks: list[str]
+    share: Share,
+    reader: InputReader,
+    seen: _Reading,
+    summary: PredictSummary,
+    on_error: str,
+    tasks: list[str],
+    job: dict[str, Any],
 ) -> dict[str, Any]:
     """What a part says of itself, for merge-predictions' checks and counts (see parts.SAME and parts.COUNTS)."""
     return {
@@ -361,6 +373,8 @@ def _footer(
         "shards": share.shards,
         "block": share.block,
         "input": Path(reader.path).name,
+        "input_sha256": seen.digest.hexdigest(),
+        **job,
         "records": seen.records,
         "empty_lines": reader.empty_lines,
         "on_error": on_error,
