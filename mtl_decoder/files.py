@@ -231,8 +231,11 @@ def replace_dir(tmp: Path, final: Path) -> None:
 def staged_folder(final: Path) -> Iterator[Path]:
     """A temporary folder beside ``final`` to write a set of outputs into; on success its entries move into
     ``final`` (created whole by one rename when new; an existing folder keeps its other files), on any error or
-    SIGTERM it is removed, so no empty or half-filled output folder is left."""
+    SIGTERM it is removed, so no empty or half-filled output folder is left. The temporaries a killed run (SIGKILL)
+    left beside ``final`` and inside it are removed first."""
     final = Path(final)
+    for stale in stale_temporaries(final) + stale_temporaries_in(final):
+        remove(stale)
     tmp = temporary_sibling(final)
     tmp.mkdir(parents=True)
     try:

@@ -44,7 +44,7 @@ from mtl_decoder.prediction.common import (
     with_gate_table,
 )
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord, check_text, check_tokens
-from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, prediction_dict
+from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, is_errors_file, prediction_dict
 from mtl_decoder.processes import launched
 from mtl_decoder.saved import SavedModel
 
@@ -175,7 +175,7 @@ def predict_file(
                 if bad is not None:
                     bad.commit()
                 out.commit()
-                if not skip and errors.exists():  # an earlier skip run's (force): it described another output
+                if not skip and is_errors_file(errors):  # an earlier skip run's (force): it described another output
                     remove(errors)
                     summary.removed.append(str(errors))
         return summary
