@@ -29,6 +29,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +42,7 @@ from mtl_decoder.paths import (  # noqa: F401 - check_writable_parent, FILE, NEW
     FILE,
     NAME_MAX,
     NEW,
+    STDOUT,
     STREAM,
     check_name,
     check_writable_parent,
@@ -269,6 +271,10 @@ class AtomicFile:
         self.lines = 0
         self.tmp: Path | None = None
         self.lock: PathLock | None = None
+        if str(self.path) == STDOUT:  # the process's own standard output, not truncated, wherever it leads
+            sys.stdout.flush()
+            self.file = open(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", newline="\n")  # noqa: SIM115
+            return
         if output_kind(self.path) == STREAM:
             self.file = open(self.path, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed by commit/discard
             return

@@ -7,6 +7,7 @@ import sys
 
 from mtl_decoder.commands.flags import add_max_tokens_flag, add_precision_flag, add_state_cache_flags
 from mtl_decoder.errors import UserError
+from mtl_decoder.files import STDOUT
 from mtl_decoder.processes import is_main_process
 
 
@@ -43,7 +44,7 @@ def run_predict(args: argparse.Namespace) -> None:
     summary = predict_file(
         args.model,
         args.input,
-        "/dev/stdout" if to_stdout else args.output,
+        STDOUT if to_stdout else args.output,
         tasks=args.tasks,
         fmt=args.format,
         text_column=args.text_column,

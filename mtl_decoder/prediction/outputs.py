@@ -18,7 +18,7 @@ from typing import Any
 from mtl_decoder.config import TAGGING
 from mtl_decoder.data.iob import entities
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import FILE, STREAM, check_writable_parent, output_kind
+from mtl_decoder.files import FILE, STDOUT, STREAM, check_writable_parent, output_kind
 from mtl_decoder.inference import Prediction
 from mtl_decoder.paths import check_outside_model
 
@@ -86,7 +86,10 @@ def check_targets(
 def check_output(input_path: str | Path, target: Path, force: bool, model: Any = None) -> str:
     """Before any work, one output path: its folder can be written; it is not the input, not inside the model's
     folder (``model``: its path or a SavedModel), not a folder, a link or a socket, and (without ``force``) not an
-    existing file. Returns its ``files.output_kind``: a device or FIFO is written straight through."""
+    existing file. Returns its ``files.output_kind``: a device or FIFO is written straight through, and so is
+    standard output (``files.STDOUT``), whatever it leads to."""
+    if str(target) == STDOUT:
+        return STREAM
     check_writable_parent(target, "--output")
     kind = output_kind(target)
     if kind == STREAM:

@@ -26,7 +26,15 @@ from typing import Any
 
 from mtl_decoder.data.tokenization import TOKENIZER_FILE
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import AtomicFile, check_writable_parent, sha256_file, terminate_unwinds
+from mtl_decoder.files import (
+    STDOUT,
+    STREAM,
+    AtomicFile,
+    check_writable_parent,
+    output_kind,
+    sha256_file,
+    terminate_unwinds,
+)
 from mtl_decoder.paths import check_outside_model
 from mtl_decoder.prediction.common import PredictSummary
 from mtl_decoder.prediction.inputs import BadRecord, InputRecord
@@ -105,8 +113,12 @@ class PartWriter:
 
 def check_part_target(input_path: str | Path, output: Path, force: bool, model: Any = None) -> None:
     """A part's path: writable, not the input, not inside the model's folder (``model``: its path or a SavedModel),
-    not a folder, not (without ``force``) an existing file."""
+    not a folder, not (without ``force``) an existing file; standard output, a device or a FIFO is written through."""
+    if str(output) == STDOUT:
+        return
     check_writable_parent(output, "--output")
+    if output_kind(output) == STREAM:
+        return
     if output.resolve() == Path(input_path).resolve():
         raise UserError(f"{output}: the output would overwrite the input; choose another --output")
     check_outside_model(output, getattr(model, "directory", model))
