@@ -32,6 +32,7 @@ Pretrained trunks (``model.trunk``) are not supported here: a clear error.
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -363,7 +364,7 @@ def stream_file(
     tagger = StreamTagger(saved, tasks, lookahead, context)
     start = perf_counter()
     with terminate_unwinds():
-        source = sys.stdin if from_stdin else open(input, encoding="utf-8", newline="")  # noqa: SIM115
+        source = _stdin_text() if from_stdin else open(input, encoding="utf-8", newline="")  # noqa: SIM115
         try:
             if to_stdout:
                 _pump(tagger, source, from_stdin, _StdoutSink())
@@ -372,12 +373,24 @@ def stream_file(
                     _pump(tagger, source, from_stdin, sink)
                     sink.commit()
         except UnicodeDecodeError as err:
-            raise UserError(f"{input}: not UTF-8 text ({err.reason} near byte {err.start} of a read)") from None
+            name = "standard input" if from_stdin else input
+            raise UserError(f"{name}: not UTF-8 text ({err.reason} near byte {err.start} of a read)") from None
         finally:
             if not from_stdin:
                 source.close()
+            elif source is not sys.stdin:
+                source.detach()  # sys.stdin's own buffer stays open
     tagger.stats.seconds = perf_counter() - start
     return tagger.stats
+
+
+def _stdin_text() -> IO[str]:
+    """Standard input as strict UTF-8 text, read as a file is: Python's own decoder of stdin may turn bytes that are
+    not UTF-8 into lone surrogates, which the tokenizer cannot take."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # already text (a program's own stream)
+        return sys.stdin
+    return io.TextIOWrapper(buffer, encoding="utf-8", errors="strict", newline="")
 
 
 class _StdoutSink:
