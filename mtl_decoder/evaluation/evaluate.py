@@ -143,7 +143,7 @@ def evaluate(
 
     metrics = {
         "model": str(model_dir),
-        "split": split,
+        "split": split if any(name not in overrides for name in names) else None,
         "data": _data_section(sources, names, overrides),
         "summary": _summary(cfg, task_metrics),
         "tasks": task_metrics,

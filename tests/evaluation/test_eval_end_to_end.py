@@ -266,6 +266,23 @@ def test_data_flag_reads_a_file_with_the_tasks_columns(best: Path, tmp_path: Pat
     assert list(result.experts["layer_0"]) == ["ner", "shared"]
 
 
+def test_an_evaluation_on_given_files_names_them_not_a_split(best: Path, tmp_path: Path):
+    """--data alone: metrics.json's split is null and report.md says the file; with a task from its split too, both."""
+    given = str(FIXTURES / "ner_test.jsonl")
+    only = evaluate(best, data=[f"ner={given}"], output_dir=tmp_path / "only")
+    assert only.metrics["split"] is None
+    assert json.loads((tmp_path / "only" / "metrics.json").read_text())["split"] is None
+    title = (tmp_path / "only" / "report.md").read_text().splitlines()[0]
+    assert title == f"# Evaluation of `{best}` on `{given}`" and "split" not in title
+    both = evaluate(best, data=[f"ner={given}"], tasks="ner,sentiment", output_dir=tmp_path / "both")
+    assert both.metrics["split"] == "test"
+    title = (tmp_path / "both" / "report.md").read_text().splitlines()[0]
+    assert title == f"# Evaluation of `{best}` on the test split and `{given}`"
+    plain = tmp_path / "plain"
+    evaluate(best, tasks="sentiment", output_dir=plain)
+    assert (plain / "report.md").read_text().splitlines()[0] == f"# Evaluation of `{best}` on the test split"
+
+
 def test_cli_prints_the_per_task_table(best: Path, tmp_path: Path, capsys, test_eval: EvalResult):
     code = main(["evaluate", "--model", str(best), "--split", "test", "--output", str(tmp_path / "o")])
     out = capsys.readouterr().out
