@@ -46,6 +46,7 @@ from mtl_decoder.config import TAGGING, parse_task_names
 from mtl_decoder.data.batching import EncodedExample, collator_for
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import AtomicFile, path_problem, terminate_unwinds
+from mtl_decoder.inference.options import InferenceOptions, load_for_inference
 from mtl_decoder.inference.segmenter import Segmenter, Word
 from mtl_decoder.model import MTLDecoder
 from mtl_decoder.saved import SavedModel, load_model
@@ -344,9 +345,13 @@ def stream_file(
     force: bool = False,
     device: str | torch.device | None = None,
     gate_table: str | Path | None = None,
+    *,
+    options: InferenceOptions | None = None,
 ) -> StreamStats:
     """``predict --stream``: the input ('-': stdin, read line by line) as one text, one JSON line per word to the
-    output ('-': stdout, flushed per line; a file is written under a temporary name and renamed at the end)."""
+    output ('-': stdout, flushed per line; a file is written under a temporary name and renamed at the end). The
+    model is loaded as ``options`` say (or InferenceOptions of ``device`` and ``gate_table``): a stream honours only
+    those two of its settings."""
     to_stdout, from_stdin = str(output) == "-", str(input) == "-"
     problem = None if from_stdin else path_problem(input)
     if problem:
@@ -356,11 +361,9 @@ def stream_file(
 
         output = Path(output)
         check_output(input, output, force, model)
-    saved = model if isinstance(model, SavedModel) else load_model(model, device)
-    if gate_table is not None:
-        from mtl_decoder.inference.gate_apply import apply_gate_table
-
-        apply_gate_table(saved, gate_table)
+    if options is None:
+        options = InferenceOptions(device=device, gate_table=gate_table)
+    saved = load_for_inference(model, options.checked())
     tagger = StreamTagger(saved, tasks, lookahead, context)
     start = perf_counter()
     with terminate_unwinds():
