@@ -142,11 +142,13 @@ def profile(model_dir: Path, items: list[list[str]], precision: str, batch_size:
     saved = load_model(model_dir, "cpu")
     with tempfile.TemporaryDirectory(prefix="profile-states-") as cache_dir:
         tasks = list(saved.model.task_names)
-        warm = Predictor.from_saved(saved, batch_size, precision, workers=1, cache_dir=cache_dir)
+        warm = Predictor.from_saved(saved, batch_size=batch_size, precision=precision, workers=1, cache_dir=cache_dir)
         warm.max_tokens = max_tokens
         list(_predict_items(warm, items, tasks))  # warm-up (the allocator, int8's quantisation)
         # a new predictor: a new in-memory state cache (the folder is only read), so every text runs the trunk
-        predictor = Predictor.from_saved(saved, batch_size, precision, workers=1, cache_dir=cache_dir)
+        predictor = Predictor.from_saved(
+            saved, batch_size=batch_size, precision=precision, workers=1, cache_dir=cache_dir
+        )
         predictor.max_tokens = max_tokens
         clock = Clock()
         instrument(saved, predictor, clock)

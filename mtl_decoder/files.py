@@ -29,6 +29,7 @@ import re
 import secrets
 import shutil
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +42,7 @@ from mtl_decoder.paths import (  # noqa: F401 - check_writable_parent, FILE, NEW
     FILE,
     NAME_MAX,
     NEW,
+    STDOUT,
     STREAM,
     check_name,
     check_writable_parent,
@@ -280,8 +282,11 @@ def replace_dir(tmp: Path, final: Path) -> None:
 def staged_folder(final: Path) -> Iterator[Path]:
     """A temporary folder beside ``final`` to write a set of outputs into; on success its entries move into
     ``final`` (created whole by one rename when new; an existing folder keeps its other files), on any error or
-    SIGTERM it is removed, so no empty or half-filled output folder is left."""
+    SIGTERM it is removed, so no empty or half-filled output folder is left. The temporaries a killed run (SIGKILL)
+    left beside ``final`` and inside it are removed first."""
     final = Path(final)
+    for stale in stale_temporaries(final) + stale_temporaries_in(final):
+        remove(stale)
     tmp = temporary_sibling(final)
     tmp.mkdir(parents=True)
     try:
@@ -315,6 +320,10 @@ class AtomicFile:
         self.lines = 0
         self.tmp: Path | None = None
         self.lock: PathLock | None = None
+        if str(self.path) == STDOUT:  # the process's own standard output, not truncated, wherever it leads
+            sys.stdout.flush()
+            self.file = open(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", newline="\n")  # noqa: SIM115
+            return
         if output_kind(self.path) == STREAM:
             self.file = open(self.path, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed by commit/discard
             return

@@ -88,6 +88,9 @@ def check_writable_parent(path: str | Path, what: str = "output") -> None:
 
 NEW, FILE, STREAM = "new", "file", "stream"
 """What an output path is (``output_kind``): nothing yet, a regular file, or a device or FIFO written through."""
+STDOUT = "/dev/stdout"
+"""Standard output, as ``--output -`` names it: always written through, never a file to protect or replace, whatever
+the shell redirected it to (a file, which /dev/stdout is then a link to, a pipe or a terminal)."""
 
 
 def output_kind(path: str | Path, what: str = "--output") -> str:
@@ -95,6 +98,8 @@ def output_kind(path: str | Path, what: str = "--output") -> str:
     symbolic link (replacing it would turn the link into a file and leave its target stale), a link loop, a
     socket or a block device."""
     path = Path(path)
+    if str(path) == STDOUT:
+        return STREAM
     try:
         link = os.lstat(path)
     except FileNotFoundError:

@@ -13,21 +13,14 @@ def run_evaluate(args: argparse.Namespace) -> None:
     """Evaluate, then print the notes, where the outputs went and the per-task table."""
     from mtl_decoder.evaluation.evaluate import METRICS_FILE, PLOTS_DIR, REPORT_FILE, evaluate
     from mtl_decoder.evaluation.report import task_table
+    from mtl_decoder.inference import InferenceOptions
 
+    options = InferenceOptions.from_args(args).checked(flags=True)  # before any model loads
     with terminate_unwinds():  # SIGTERM: the outputs being written are removed, none is left half-made
         result = evaluate(
-            args.model,
-            split=args.split,
-            tasks=args.tasks,
-            data=args.data or None,
-            output_dir=args.output,
-            batch_size=args.batch_size,
-            precision=args.precision,
-            cache_states=args.cache_states,
-            cache_dir=args.cache_dir,
-            max_tokens=args.max_tokens,
-            train_data=args.train_data or None,
-        )
+            args.model, split=args.split, tasks=args.tasks, data=args.data or None, output_dir=args.output,
+            options=options, train_data=args.train_data or None,
+        )  # fmt: skip
     if not is_main_process():  # under a launcher the main process reports for all
         return
     for note in result.metrics["notes"]:

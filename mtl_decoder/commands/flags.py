@@ -7,10 +7,12 @@ import argparse
 
 
 def add_precision_flag(p: argparse.ArgumentParser) -> None:
+    from mtl_decoder.inference.options import PRECISION, PRECISIONS  # the choices, stated where they are applied
+
     p.add_argument(
         "--precision",
-        choices=["fp32", "bf16", "fp16", "int8"],
-        default="fp32",
+        choices=list(PRECISIONS),
+        default=PRECISION,
         help="fp32 (default), or the model under bf16 / fp16 autocast: faster on hardware with half-precision "
         "matrix units, close to but not identical to fp32; fp16 is for GPUs; int8: dynamic int8 Linear modules "
         "(native models and frozen trunks, the trunk's down_proj kept fp32), for CPUs",
@@ -18,7 +20,7 @@ def add_precision_flag(p: argparse.ArgumentParser) -> None:
 
 
 def add_max_tokens_flag(p: argparse.ArgumentParser) -> None:
-    from mtl_decoder.inference.predictor import MAX_TOKENS  # the defaults, stated where the Predictor applies them
+    from mtl_decoder.inference.options import MAX_TOKENS  # the defaults, stated where the options are
 
     p.add_argument(
         "--max-tokens",

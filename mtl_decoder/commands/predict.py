@@ -7,13 +7,17 @@ import sys
 
 from mtl_decoder.commands.flags import add_max_tokens_flag, add_precision_flag, add_state_cache_flags
 from mtl_decoder.errors import UserError
+from mtl_decoder.files import STDOUT
+from mtl_decoder.inference.options import BATCH_SIZE, PRECISION
 from mtl_decoder.processes import is_main_process
 
 
 def run_predict(args: argparse.Namespace) -> None:
     """predict_file with the command's flags, then the summary; with --stream, stream_file (summary on stderr)."""
+    from mtl_decoder.inference import InferenceOptions
     from mtl_decoder.prediction import predict_file
 
+    options = InferenceOptions.from_args(args).checked(flags=True)  # before any model loads
     if args.stream:
         from mtl_decoder.inference.streaming import stream_file
         from mtl_decoder.processes import launched
@@ -28,35 +32,23 @@ def run_predict(args: argparse.Namespace) -> None:
             )
 
         stats = stream_file(
-            args.model,
-            args.input,
-            args.output,
-            args.tasks,
-            args.lookahead,
-            args.context,
-            force=args.force,
-            gate_table=args.gate_table,
-        )
+            args.model, args.input, args.output, args.tasks, args.lookahead, args.context, force=args.force,
+            options=options,
+        )  # fmt: skip
         print(stats.report(), file=sys.stderr)
         return
     to_stdout = args.output == "-"  # predictions on stdout, so the summary goes to stderr
     summary = predict_file(
         args.model,
         args.input,
-        "/dev/stdout" if to_stdout else args.output,
+        STDOUT if to_stdout else args.output,
         tasks=args.tasks,
         fmt=args.format,
         text_column=args.text_column,
-        batch_size=args.batch_size,
         on_error=args.on_error,
         force=args.force,
-        precision=args.precision,
-        workers=args.workers,
-        gate_table=args.gate_table,
         shard=args.shard,
-        cache_states=args.cache_states,
-        cache_dir=args.cache_dir,
-        max_tokens=args.max_tokens,
+        options=options,
     )
     if not is_main_process():  # under a launcher the main process reports for all
         return
@@ -66,9 +58,9 @@ def run_predict(args: argparse.Namespace) -> None:
 
 
 STREAM_IGNORES = {  # predict flag -> (its attribute, its default): what --stream has no use for
-    "--batch-size": ("batch_size", 64),
+    "--batch-size": ("batch_size", BATCH_SIZE),
     "--workers": ("workers", None),
-    "--precision": ("precision", "fp32"),
+    "--precision": ("precision", PRECISION),
     "--on-error": ("on_error", "fail"),
     "--format": ("format", None),
     "--text-column": ("text_column", "text"),
@@ -100,7 +92,7 @@ def add_predict(sub) -> None:
     p.add_argument("--format", choices=list(PREDICTION_FORMATS), help="input format (default: from the suffix)")
     p.add_argument("--text-column", default="text", help="text column of .csv/.tsv input (default: text)")
     p.add_argument("--tasks", help="comma-separated task names (default: all)")
-    p.add_argument("--batch-size", type=int, default=64, help="examples per batch (default: 64)")
+    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help=f"examples per batch (default: {BATCH_SIZE})")
     p.add_argument(
         "--on-error",
         choices=["fail", "skip"],

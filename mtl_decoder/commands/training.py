@@ -7,10 +7,10 @@ import argparse
 
 def run_train(args: argparse.Namespace) -> None:
     from mtl_decoder.config import load_config
-    from mtl_decoder.training import train
+    from mtl_decoder.training.trainer import run_training
 
     config = load_config(args.config, args.overrides)
-    train(config, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
+    run_training(config, output_dir=args.output_dir, resume=args.resume, overwrite=args.overwrite)
 
 
 def run_distill(args: argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ so ``--split validation`` on RUN/best reproduces RUN/best/info.json exactly. Wri
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Iterable, Mapping
@@ -28,11 +29,11 @@ from mtl_decoder.evaluation.report import render_report
 from mtl_decoder.evaluation.scoring import score_sources
 from mtl_decoder.evaluation.utilisation import COVERAGE, UtilisationTracker
 from mtl_decoder.files import atomic_write_text, check_writable_parent, staged_folder
-from mtl_decoder.inference import Predictor
-from mtl_decoder.inference.predictor import check_max_tokens
+from mtl_decoder.inference import InferenceOptions, Predictor
+from mtl_decoder.inference.options import PRECISION, load_for_inference
 from mtl_decoder.paths import check_outside_model, os_reason
 from mtl_decoder.processes import Processes
-from mtl_decoder.saved import CONFIG_FILE, load_model
+from mtl_decoder.saved import CONFIG_FILE
 
 METRICS_FILE = "metrics.json"
 REPORT_FILE = "report.md"
@@ -69,12 +70,14 @@ def evaluate(
     output_dir: str | Path | None = None,
     batch_size: int | None = None,
     device: str | torch.device | None = None,
-    precision: str = "fp32",
+    precision: str = PRECISION,
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
     max_tokens: int | None = None,
     train_data: Mapping[str, str | Path] | Iterable[str] | None = None,
+    *,
+    options: InferenceOptions | None = None,
 ) -> EvalResult:
     """Evaluate the model in ``model_dir`` on ``split`` (the files the run's task files name for it).
 
@@ -92,6 +95,8 @@ def evaluate(
     0: rows only); the metrics do not depend on it beyond float rounding.
     ``train_data``: task -> training file (or "TASK=PATH" strings) whose entities count as seen, for the seen/unseen
     F1 of tagging tasks (default: the run's own train split, where that file is still there; see novelty.py).
+    ``options``: these settings as one mtl_decoder.inference.InferenceOptions instead of keywords (its batch_size
+    None: the run's); its workers and gate table are not used by evaluate.
 
     Under a launcher (torchrun, accelerate launch) each process predicts its blocks of every source on its own
     device (``device`` is then each process's own); the predictions and the gate statistics are gathered, so the
@@ -100,9 +105,11 @@ def evaluate(
     processes = Processes.join()
     if split not in SPLITS:
         raise UserError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)}){did_you_mean(split, SPLITS)}")
-    if batch_size is not None and batch_size <= 0:
-        raise UserError(f"--batch-size must be positive, got {batch_size}")
-    check_max_tokens(max_tokens, "--max-tokens")
+    if options is None:
+        given = dict(batch_size=batch_size, device=device, precision=precision, cache_states=cache_states,
+                     cache_dir=cache_dir, max_tokens=max_tokens)  # fmt: skip
+        options = InferenceOptions(**given)
+    options = options.checked(flags=True).on_device(processes.device)  # a launcher's process: its own device
     default = Path(model_dir) / f"eval-{split}"
     out_dir = Path(output_dir) if output_dir is not None else default
     if out_dir.exists() and not out_dir.is_dir():
@@ -110,7 +117,7 @@ def evaluate(
     check_outside_model(out_dir, model_dir, own=default)
     if processes.is_main:  # the one that writes (another machine's processes may not see its folder)
         check_writable_parent(out_dir / METRICS_FILE, "--output")
-    saved = load_model(model_dir, processes.device if processes.device is not None else device)
+    saved = load_for_inference(model_dir, dataclasses.replace(options, gate_table=None))
     cfg = saved.config
     overrides = parse_data(data, list(cfg.tasks))
     train_files = parse_data(train_data, list(cfg.tasks), flag="--train-data")
@@ -129,9 +136,7 @@ def evaluate(
     for source in sources:
         check_labels(source, saved.label_sets, split)
     tracker = UtilisationTracker(saved.model, cfg.evaluation.position_buckets, cfg.evaluation.dead_expert_fraction)
-    predictor = Predictor.from_saved(
-        saved, batch_size, precision, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens
-    )
+    predictor = Predictor.from_saved(saved, dataclasses.replace(options, workers=None))
     distribute = processes.distribute(predictor.buffer) if processes.world > 1 else None
     show = (sys.stderr.isatty() if progress is None else progress) and processes.is_main
     total = sum(len(s.examples) for s in sources)
@@ -148,7 +153,7 @@ def evaluate(
 
     metrics = {
         "model": str(model_dir),
-        "split": split,
+        "split": split if any(name not in overrides for name in names) else None,
         "data": _data_section(sources, names, overrides),
         "summary": _summary(cfg, task_metrics),
         "tasks": task_metrics,
@@ -156,8 +161,8 @@ def evaluate(
         "analysis": analysis.results,
         "settings": {
             "ffn": cfg.model.ffn,
-            "batch_size": batch_size or cfg.data.eval_batch_size,
-            "precision": precision,
+            "batch_size": predictor.batch_size,
+            "precision": options.precision,
             "max_tokens": predictor.max_tokens,
             "position_buckets": list(cfg.evaluation.position_buckets),
             "dead_expert_fraction": cfg.evaluation.dead_expert_fraction,

@@ -6,6 +6,7 @@ never needs a display.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,13 @@ from mtl_decoder.config import SHARED
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    """A file-name form of a task or layer name: the name itself when it is letters, digits, '_', '.' and '-'; else
+    those kept, the rest '_', and 8 hex digits of the name's SHA-256, so that two names never share a file
+    ('实体' and '情感' would both be '_') and a name always gets the same one."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    if safe == name:
+        return name
+    return f"{safe}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 def write_plots(metrics: dict[str, Any], plots_dir: Path) -> list[Path]:

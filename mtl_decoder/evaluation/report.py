@@ -52,9 +52,16 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def evaluated_on(metrics: dict[str, Any]) -> str:
+    """What the model was evaluated on, in words: the split, the files given with --data, or both."""
+    files = sorted({f"`{d['source']}`" for d in metrics["data"].values() if d.get("from_data_flag")})
+    parts = ([f"the {metrics['split']} split"] if metrics["split"] is not None else []) + files
+    return " and ".join(parts) if len(parts) <= 2 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
 def render_report(metrics: dict[str, Any], plots: list[str] | None = None) -> str:
     """The whole report.md: summary, per-task tables, per-type/per-class tables, utilisation, plots."""
-    out = [f"# Evaluation of `{metrics['model']}` on the {metrics['split']} split", ""]
+    out = [f"# Evaluation of `{metrics['model']}` on {evaluated_on(metrics)}", ""]
     out += _table(
         ["task", "source", "examples"],
         [[name, f"`{d['source']}`", d["examples"]] for name, d in metrics["data"].items()],

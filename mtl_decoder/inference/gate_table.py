@@ -241,7 +241,7 @@ def build_gate_table(
         handles.append(block.register_forward_hook(record, with_kwargs=True))
     records = 0
     try:
-        predictor = Predictor.from_saved(saved, batch_size, workers=1)
+        predictor = Predictor.from_saved(saved, batch_size=batch_size, workers=1)
         for _ in predictor.predict(items):
             records += 1
     finally:

@@ -28,7 +28,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import torch
 
@@ -36,43 +35,17 @@ from mtl_decoder.config import CLASSIFICATION, TAGGING
 from mtl_decoder.data.batching import EncodedExample, collator_for
 from mtl_decoder.data.tokenization import Encoded, TextEncoder
 from mtl_decoder.errors import UserError
+from mtl_decoder.inference.options import (  # noqa: F401 - PRECISIONS, MAX_TOKENS: the inference API, stated there
+    BATCH_SIZE,
+    MAX_TOKENS,
+    PRECISION,
+    PRECISIONS,
+    InferenceOptions,
+    autocast_dtype,
+    check_max_tokens,
+)
 from mtl_decoder.model import MTLDecoder, MTLOutput
 from mtl_decoder.saved import SavedModel
-
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": None}
-"""Inference precision -> the autocast dtype (None: no autocast; int8 quantises the model instead)."""
-
-
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of an inference precision on ``device``; a UserError for an unknown one, and for fp16
-    on a CPU, where torch runs it about 25x slower than fp32 (measured here): bf16 is the CPU's half precision."""
-    if precision not in PRECISIONS:
-        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "fp16" and device.type == "cpu":
-        raise UserError("precision fp16 is for GPUs: on a CPU use bf16 (or fp32)")
-    if precision == "int8" and device.type != "cpu":
-        raise UserError(
-            f"precision int8 is for CPUs (torch's dynamic int8 kernels), not {device.type}: use bf16 or fp16"
-        )
-    return PRECISIONS[precision]
-
-
-MAX_TOKENS = {"pretrained": 1024, "native": 2048}
-"""Padded sub-words a batch holds at most (rows x its longest), by default, for a model with a pretrained trunk and
-for a native one. A buffer's length-sorted pieces cut only every ``batch_size`` rows put its few long texts into one
-batch with their shorter neighbours: a frozen SmolLM2 trunk spent 40% of its arithmetic on padding over 500
-CoNLL-2003 test sentences (12% at 1024; benchmarks/results/pretrained_profile.json). Words per CPU-second against
-rows only, 4 blocks, 1 thread: 1.48x on 500 sentences, 1.21x on 1,000 at 1024 (2048: 1.42x, 1.11x; 512: 1.18x on
-1,000). A native model's batch costs more Python for its arithmetic: the pinned test model (width 32) on the 3,453
-CoNLL-2003 test sentences predicts 0.92x as fast at 1024, 1.02x at 2048."""
-
-
-def check_max_tokens(max_tokens: int | None, name: str = "max_tokens") -> int | None:
-    """``max_tokens`` if it is None (the model's default) or a whole number >= 0 (0: no token bound), else a
-    UserError naming it as ``name`` (the keyword, or the flag ``--max-tokens`` at a command's entry point)."""
-    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0):
-        raise UserError(f"{name} must be 0 (no token bound) or a positive number of sub-words, got {max_tokens!r}")
-    return max_tokens
 
 
 @dataclass
@@ -135,9 +108,9 @@ class Predictor:
         model: MTLDecoder,
         encoder: TextEncoder,
         label_sets: dict[str, list[str]],
-        batch_size: int = 64,
+        batch_size: int = BATCH_SIZE,
         buffer_batches: int = 16,
-        precision: str = "fp32",
+        precision: str = PRECISION,
         workers: int | None = None,
         max_tokens: int | None = None,
     ):
@@ -151,9 +124,7 @@ class Predictor:
         trunk's batch is one large matrix product: 1 worker with all of torch's threads (356 words/s against 184
         with 2 workers, SmolLM2 on 2 cores). Predictions do not depend on it beyond float rounding.
         ``precision`` int8 quantises ``model`` in place (it stays int8)."""
-        if workers is not None and workers < 1:
-            raise UserError(f"workers must be at least 1, got {workers}")
-        check_max_tokens(max_tokens)  # before int8 quantises the model in place
+        InferenceOptions(precision=precision, workers=workers, max_tokens=max_tokens).checked()  # before int8 in place
         if encoder.word_token != model.cfg.word_token_position:  # tags would be read where the model never learned
             raise ValueError(
                 f"the encoder reads words at their {encoder.word_token} sub-word, the model at its "
@@ -172,32 +143,27 @@ class Predictor:
         """Called after each batch with the number of items it completed (for a progress bar)."""
 
     @classmethod
-    def from_saved(
-        cls,
-        saved: SavedModel,
-        batch_size: int | None = None,
-        precision: str = "fp32",
-        workers: int | None = None,
-        cache_states: bool = False,
-        cache_dir: str | Path | None = None,
-        max_tokens: int | None = None,
-    ) -> Predictor:
-        """A Predictor for a loaded model folder; ``batch_size`` defaults to the run's data.eval_batch_size (the size
-        training-time validation used, so ``evaluate`` reproduces it); ``max_tokens`` as in ``__init__``. A frozen
-        trunk's state cache becomes an inference one: its folder under ``cache_dir`` (default the saved model's
-        model.trunk.cache_dir, else $MTL_DECODER_CACHE/states, else ~/.cache/mtl-decoder/states) read, written only
-        with ``cache_states``, a bounded number of states in memory."""
-        batch_size = batch_size or saved.config.data.eval_batch_size
+    def from_saved(cls, saved: SavedModel, options: InferenceOptions | None = None, **settings) -> Predictor:
+        """A Predictor for a loaded model folder, run with ``options`` (or InferenceOptions(**settings); their
+        batch_size defaults here to the run's data.eval_batch_size, the size training-time validation used, so
+        ``evaluate`` reproduces it). A frozen trunk's state cache becomes an inference one: its folder under
+        ``cache_dir`` (default the saved model's model.trunk.cache_dir, else $MTL_DECODER_CACHE/states, else
+        ~/.cache/mtl-decoder/states) read, written only with ``cache_states``, a bounded number of states in memory.
+        The options' device and gate table are the loader's (``load_for_inference``), not applied here."""
+        if options is None:
+            options = InferenceOptions(**{"batch_size": None, **settings}).checked()
+        elif settings:
+            raise TypeError(f"from_saved: give options or keyword settings, not both ({', '.join(settings)})")
         predictor = cls(
             saved.model,
             saved.encoder,
             saved.label_sets,
-            batch_size,
-            precision=precision,
-            workers=workers,
-            max_tokens=max_tokens,
+            options.batch_size or saved.config.data.eval_batch_size,
+            precision=options.precision,
+            workers=options.workers,
+            max_tokens=options.max_tokens,
         )
-        saved.for_inference(cache_dir, write=cache_states)
+        saved.for_inference(options.cache_dir, write=options.cache_states)
         return predictor
 
     @property

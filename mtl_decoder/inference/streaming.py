@@ -32,6 +32,7 @@ Pretrained trunks (``model.trunk``) are not supported here: a clear error.
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from mtl_decoder.config import TAGGING, parse_task_names
 from mtl_decoder.data.batching import EncodedExample, collator_for
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import AtomicFile, path_problem, terminate_unwinds
+from mtl_decoder.inference.options import InferenceOptions, load_for_inference
 from mtl_decoder.inference.segmenter import Segmenter, Word
 from mtl_decoder.model import MTLDecoder
 from mtl_decoder.saved import SavedModel, load_model
@@ -330,9 +332,13 @@ def stream_file(
     force: bool = False,
     device: str | torch.device | None = None,
     gate_table: str | Path | None = None,
+    *,
+    options: InferenceOptions | None = None,
 ) -> StreamStats:
     """``predict --stream``: the input ('-': stdin, read line by line) as one text, one JSON line per word to the
-    output ('-': stdout, flushed per line; a file is written under a temporary name and renamed at the end)."""
+    output ('-': stdout, flushed per line; a file is written under a temporary name and renamed at the end). The
+    model is loaded as ``options`` say (or InferenceOptions of ``device`` and ``gate_table``): a stream honours only
+    those two of its settings."""
     to_stdout, from_stdin = str(output) == "-", str(input) == "-"
     problem = None if from_stdin else path_problem(input)
     if problem:
@@ -342,15 +348,13 @@ def stream_file(
 
         output = Path(output)
         check_output(input, output, force, model)
-    saved = model if isinstance(model, SavedModel) else load_model(model, device)
-    if gate_table is not None:
-        from mtl_decoder.inference.gate_apply import apply_gate_table
-
-        apply_gate_table(saved, gate_table)
+    if options is None:
+        options = InferenceOptions(device=device, gate_table=gate_table)
+    saved = load_for_inference(model, options.checked())
     tagger = StreamTagger(saved, tasks, lookahead, context)
     start = perf_counter()
     with terminate_unwinds():
-        source = sys.stdin if from_stdin else open(input, encoding="utf-8", newline="")  # noqa: SIM115
+        source = _stdin_text() if from_stdin else open(input, encoding="utf-8", newline="")  # noqa: SIM115
         try:
             if to_stdout:
                 _pump(tagger, source, from_stdin, _StdoutSink())
@@ -359,12 +363,24 @@ def stream_file(
                     _pump(tagger, source, from_stdin, sink)
                     sink.commit()
         except UnicodeDecodeError as err:
-            raise UserError(f"{input}: not UTF-8 text ({err.reason} near byte {err.start} of a read)") from None
+            name = "standard input" if from_stdin else input
+            raise UserError(f"{name}: not UTF-8 text ({err.reason} near byte {err.start} of a read)") from None
         finally:
             if not from_stdin:
                 source.close()
+            elif source is not sys.stdin:
+                source.detach()  # sys.stdin's own buffer stays open
     tagger.stats.seconds = perf_counter() - start
     return tagger.stats
+
+
+def _stdin_text() -> IO[str]:
+    """Standard input as strict UTF-8 text, read as a file is: Python's own decoder of stdin may turn bytes that are
+    not UTF-8 into lone surrogates, which the tokenizer cannot take."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # already text (a program's own stream)
+        return sys.stdin
+    return io.TextIOWrapper(buffer, encoding="utf-8", errors="strict", newline="")
 
 
 class _StdoutSink:

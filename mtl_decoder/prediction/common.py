@@ -1,5 +1,5 @@
 """What single-process prediction (``predict``) and its multi-process and sharded form (``sharded``, ``parts``) share:
-the run's summary, where a bad record goes, and how a model, its tasks and a batch size are taken. In its own module
+the run's summary, where a bad record goes, a model's tasks and a run's inference options. In its own module
 so that ``predict`` can hand a launched or sharded run to ``sharded`` without the two importing each other.
 """
 
@@ -7,16 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
-
-import torch
 
 from mtl_decoder.config import parse_task_names
 from mtl_decoder.errors import DataError, UserError
 from mtl_decoder.files import AtomicFile
+from mtl_decoder.inference import InferenceOptions
 from mtl_decoder.prediction.inputs import BadRecord
-from mtl_decoder.saved import SavedModel, load_model
+from mtl_decoder.saved import SavedModel
 
 ON_ERROR = ("fail", "skip")
 
@@ -119,22 +117,13 @@ def resolve_tasks(saved: SavedModel, tasks: str | Sequence[str] | None) -> list[
     return parse_task_names(tasks, known) or list(known)
 
 
-def load_saved(model: SavedModel | str | Path, device: str | torch.device | None) -> SavedModel:
-    if isinstance(model, SavedModel):
-        return model
-    return load_model(model, device)
-
-
-def with_gate_table(saved: SavedModel, gate_table: str | Path | None) -> SavedModel:
-    """The model reading its gates from a gate table (opt-in; see mtl_decoder.inference.gate_table)."""
-    if gate_table is not None:
-        from mtl_decoder.inference.gate_apply import apply_gate_table
-
-        apply_gate_table(saved, gate_table)
-    return saved
-
-
-def check_batch_size(batch_size: int) -> int:
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise UserError(f"batch size must be a positive integer, got {batch_size!r}")
-    return batch_size
+def resolve_options(options: InferenceOptions | None, given: dict[str, Any]) -> InferenceOptions:
+    """A run's InferenceOptions: ``options`` when given (every keyword setting then left at its default), else those
+    the keyword settings ``given`` make."""
+    if options is None:
+        return InferenceOptions(**given)
+    defaults = InferenceOptions()
+    changed = [key for key, value in given.items() if value != getattr(defaults, key)]
+    if changed:
+        raise UserError(f"give the inference settings as options or as keywords, not both ({', '.join(changed)})")
+    return options

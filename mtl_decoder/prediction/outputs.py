@@ -11,13 +11,14 @@ window, and their tag 'O' is not a prediction). Per classification task:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from mtl_decoder.config import TAGGING
 from mtl_decoder.data.iob import entities
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import FILE, STREAM, check_writable_parent, output_kind
+from mtl_decoder.files import FILE, STDOUT, STREAM, check_writable_parent, output_kind
 from mtl_decoder.inference import Prediction
 from mtl_decoder.paths import check_outside_model
 
@@ -31,18 +32,50 @@ def errors_path(output: str | Path) -> Path:
     return output.with_name((output.stem if output.suffix else output.name) + ".errors.jsonl")
 
 
+ERROR_FIELDS = {"line", "reason", "field", "raw"}
+"""The fields of an errors-file entry (``common.set_aside``): how a file this tool wrote is told from another."""
+
+
+def is_errors_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file whose every line is an errors-file entry as ``predict`` writes them (an
+    empty one too: a skip run without bad records). Only such a file is ever removed for being stale."""
+    if output_kind(path) != FILE:
+        return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            return all(_is_error_entry(line) for line in f)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _is_error_entry(line: str) -> bool:
+    try:
+        entry = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return (
+        isinstance(entry, dict)
+        and set(entry) <= ERROR_FIELDS
+        and isinstance(entry.get("line"), int)
+        and isinstance(entry.get("reason"), str)
+    )
+
+
 def check_targets(
     input_path: str | Path, output: Path, errors: Path, skip: bool, force: bool, model: Any = None
 ) -> None:
     """Before any work: ``check_output`` for the output and its errors file. A device or FIFO output has no
     folder for skip mode's errors file. The errors file of an earlier skip run counts in fail mode too:
-    ``predict`` removes it once the new output is written, so that it never describes another output."""
+    ``predict`` removes it once the new output is written, so that it never describes another output; a file of that
+    name that this tool did not write (``is_errors_file``) is no concern of a fail-mode run and is left alone."""
     if check_output(input_path, output, force, model) == STREAM and skip:
         raise UserError(
             f"{output}: a device or pipe; --on-error skip writes {errors.name} beside the output, which needs a "
             "folder: give a file as --output, or use --on-error fail"
         )
-    if errors.exists() and not force and not skip and output_kind(errors) != STREAM:
+    if not skip and not is_errors_file(errors):
+        return  # fail mode writes no errors file and touches none it did not write
+    if not skip and not force:
         raise UserError(
             f"{errors}: already exists, from an earlier --on-error skip run; use --force to remove it with the new "
             "output, or move it away"
@@ -53,7 +86,10 @@ def check_targets(
 def check_output(input_path: str | Path, target: Path, force: bool, model: Any = None) -> str:
     """Before any work, one output path: its folder can be written; it is not the input, not inside the model's
     folder (``model``: its path or a SavedModel), not a folder, a link or a socket, and (without ``force``) not an
-    existing file. Returns its ``files.output_kind``: a device or FIFO is written straight through."""
+    existing file. Returns its ``files.output_kind``: a device or FIFO is written straight through, and so is
+    standard output (``files.STDOUT``), whatever it leads to."""
+    if str(target) == STDOUT:
+        return STREAM
     check_writable_parent(target, "--output")
     kind = output_kind(target)
     if kind == STREAM:

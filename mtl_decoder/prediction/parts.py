@@ -5,16 +5,18 @@ A part is JSON lines: one line per record of the shard, ``{"index": I, "line": L
 record, as ``predict`` writes it) or, in skip mode, ``{"index": I, "line": L, "error": {...}}`` (the errors-file
 entry), where I counts every record of the input from 0 and L is the line it starts on (records in input order,
 errors in input order, each error written when it is read); and last a footer ``{"part": {...}}`` (shard,
-shards, block, input, counts). A part is written whole and renamed into place, so a part that exists is
+shards, block, input, counts, and the fingerprints of the model and of the input read: ``model_fingerprint`` and
+``InputDigest``). A part is written whole and renamed into place, so a part that exists is
 complete; its footer says so too.
 
 ``merge_predictions`` reads the parts side by side (constant memory), checks that they are the N shards of one
-job (each once, the same input, block, mode and tasks) and that their records are exactly the input's, each once,
-and writes OUT (and OUT.errors.jsonl in skip mode) as one process would have.
+job (each once, the same model, input content, block, mode and tasks) and that their records are exactly the
+input's, each once, and writes OUT (and OUT.errors.jsonl in skip mode) as one process would have.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 from collections.abc import Iterator, Sequence
@@ -22,17 +24,64 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from mtl_decoder.data.tokenization import TOKENIZER_FILE
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import AtomicFile, check_writable_parent, terminate_unwinds
+from mtl_decoder.files import (
+    STDOUT,
+    STREAM,
+    AtomicFile,
+    check_writable_parent,
+    output_kind,
+    terminate_unwinds,
+)
+from mtl_decoder.hashing import files_fingerprint, sha256_file
 from mtl_decoder.paths import check_outside_model
 from mtl_decoder.prediction.common import PredictSummary
+from mtl_decoder.prediction.inputs import BadRecord, InputRecord
 from mtl_decoder.prediction.outputs import errors_path
+from mtl_decoder.saved import CONFIG_FILE, LABELS_FILE, TRUNK_DIR, TRUNK_FILE, WEIGHTS_FILE, SavedModel
 
 FOOTER = "part"
 COUNTS = ("read", "predicted", "skipped", "truncated", "windowed", "tokens", "untagged_words")
 """The footer's per-part counts, summed by the merge (they are PredictSummary fields)."""
-SAME = ("shards", "block", "input", "records", "empty_lines", "on_error", "tasks", "precision")
+SAME = (
+    "shards", "block", "input", "records", "empty_lines", "on_error", "tasks", "precision", "model", "input_sha256",
+    "gate_table",
+)  # fmt: skip
 """Footer fields every part of one job shares."""
+MODEL_FILES = (WEIGHTS_FILE, CONFIG_FILE, LABELS_FILE, TOKENIZER_FILE, TRUNK_FILE, f"{TRUNK_DIR}/config.json")
+"""The files of a model folder that decide its predictions (those present), hashed into its fingerprint."""
+
+
+def model_fingerprint(saved: SavedModel) -> str:
+    """A digest of the names and contents of a model folder's ``MODEL_FILES``: parts predicted by another model (or
+    the same folder retrained) differ."""
+    return files_fingerprint(saved.directory, MODEL_FILES)
+
+
+def file_fingerprint(path: str | Path | None) -> str | None:
+    """SHA-256 of a file given as an option (a gate table), or None when none is given."""
+    return None if path is None else sha256_file(path)
+
+
+class InputDigest:
+    """A fingerprint of the input as it was read: every record's line and content (a bad record's raw text), in
+    order. Every shard reads the whole input, so the shards of one input agree, whatever its name or path."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+
+    def add(self, record: InputRecord | BadRecord) -> None:
+        if isinstance(record, BadRecord):
+            text = f"{record.line}\0bad\0{record.raw}"
+        else:
+            text = f"{record.line}\0{json.dumps(record.fields, sort_keys=True, ensure_ascii=False, default=str)}"
+        self.digest.update(text.encode("utf-8", "surrogatepass") + b"\n")
+
+    def hexdigest(self) -> str:
+        return self.digest.hexdigest()
+
+
 FOOTER_BYTES = 1 << 16
 
 
@@ -59,8 +108,12 @@ class PartWriter:
 
 def check_part_target(input_path: str | Path, output: Path, force: bool, model: Any = None) -> None:
     """A part's path: writable, not the input, not inside the model's folder (``model``: its path or a SavedModel),
-    not a folder, not (without ``force``) an existing file."""
+    not a folder, not (without ``force``) an existing file; standard output, a device or a FIFO is written through."""
+    if str(output) == STDOUT:
+        return
     check_writable_parent(output, "--output")
+    if output_kind(output) == STREAM:
+        return
     if output.resolve() == Path(input_path).resolve():
         raise UserError(f"{output}: the output would overwrite the input; choose another --output")
     check_outside_model(output, getattr(model, "directory", model))
@@ -96,9 +149,7 @@ def check_parts(parts: Sequence[Path]) -> list[dict[str, Any]]:
     for path, footer in zip(parts, footers, strict=True):
         for key in SAME:
             if footer[key] != first[key]:
-                raise UserError(
-                    f"{path}: {key} is {footer[key]!r}, but {parts[0]} has {first[key]!r}: not parts of one job"
-                )
+                raise UserError(f"{path}: {_differs(key, footer[key], first[key], parts[0])}: not parts of one job")
     seen: dict[int, Path] = {}
     for path, footer in zip(parts, footers, strict=True):
         if footer["shard"] in seen:
@@ -110,6 +161,14 @@ def check_parts(parts: Sequence[Path]) -> list[dict[str, Any]]:
         given = ", ".join(f"{k}/{n}" for k in sorted(seen))
         raise UserError(f"merge-predictions: shard {missing[0]}/{n} is missing ({len(missing)} of {n}; given: {given})")
     return footers
+
+
+def _differs(key: str, value: Any, first: Any, first_path: Path) -> str:
+    if key == "model":
+        return f"predicted by another model (fingerprint {value[:12]}, {first_path}: {first[:12]})"
+    if key == "input_sha256":
+        return f"read another input (content fingerprint {value[:12]}, {first_path}: {first[:12]})"
+    return f"{key} is {value!r}, but {first_path} has {first!r}"
 
 
 def _entries(path: Path, kind: str, k: int) -> Iterator[tuple[int, int, int, str, Any]]:

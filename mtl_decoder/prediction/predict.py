@@ -31,20 +31,13 @@ import torch
 from tqdm import tqdm
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import AtomicFile, remove, stale_temporaries, terminate_unwinds
-from mtl_decoder.inference import Predictor
-from mtl_decoder.inference.predictor import check_max_tokens
-from mtl_decoder.prediction.common import (
-    ON_ERROR,
-    PredictSummary,
-    check_batch_size,
-    load_saved,
-    resolve_tasks,
-    set_aside,
-    with_gate_table,
-)
+from mtl_decoder.files import AtomicFile, remove, terminate_unwinds
+from mtl_decoder.inference import InferenceOptions, Predictor
+from mtl_decoder.inference.options import BATCH_SIZE, PRECISION
+from mtl_decoder.prediction.common import PredictSummary, resolve_options, set_aside
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord, check_text, check_tokens
-from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, prediction_dict
+from mtl_decoder.prediction.outputs import PREDICTIONS, is_errors_file, prediction_dict
+from mtl_decoder.prediction.setup import file_job, prepare_file_run, prepare_model
 from mtl_decoder.processes import launched
 from mtl_decoder.saved import SavedModel
 
@@ -55,31 +48,31 @@ def predict_texts(
     model: SavedModel | str | Path,
     items: Iterable[str | Sequence[str]],
     tasks: str | Sequence[str] | None = None,
-    batch_size: int = 64,
+    batch_size: int = BATCH_SIZE,
     device: str | torch.device | None = None,
-    precision: str = "fp32",
+    precision: str = PRECISION,
     workers: int | None = None,
     gate_table: str | Path | None = None,
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
     max_tokens: int | None = None,
+    *,
+    options: InferenceOptions | None = None,
 ) -> Iterator[dict[str, Any]]:
     """For each raw text or token list, in order: task name -> prediction (as in the output files). The model
     and the tasks are checked at once; a bad item (empty, not text, tokens not strings) raises UserError naming
-    its index when the stream reaches it. ``precision``: fp32, bf16 or fp16 (GPUs); ``workers``: threads running
-    batches side by side (see mtl_decoder.inference.Predictor); ``gate_table``: a table from build-gate-table
+    its index when the stream reaches it. The settings (mtl_decoder.inference.InferenceOptions, given as
+    ``options`` or as keywords): ``precision`` fp32, bf16 or fp16 (GPUs); ``workers``: threads running batches side
+    by side (see mtl_decoder.inference.Predictor); ``gate_table``: a table from build-gate-table
     (mtl_decoder.inference.gate_table; a SavedModel given here keeps using it). A frozen trunk's states are read
     from its cache folder under ``cache_dir`` (default: the model's) and written there only with ``cache_states``.
     ``max_tokens``: a batch's padded sub-words at most (None: the model's default, Predictor.default_max_tokens;
     0: rows only). int8 quantises a SavedModel given here in place."""
-    check_batch_size(batch_size)
-    check_max_tokens(max_tokens)
-    saved = with_gate_table(load_saved(model, device), gate_table)
-    names = resolve_tasks(saved, tasks)
-    predictor = Predictor.from_saved(
-        saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens
-    )
-    return _predict_items(predictor, items, names)
+    given = dict(batch_size=batch_size, device=device, precision=precision, workers=workers, gate_table=gate_table,
+                 cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens)  # fmt: skip
+    options = resolve_options(options, given).checked()
+    prepared = prepare_model(model, options, tasks)
+    return _predict_items(prepared.predictor, items, prepared.tasks)
 
 
 def _predict_items(predictor: Predictor, items: Iterable[str | Sequence[str]], tasks: list[str]) -> Iterator[dict]:
@@ -118,64 +111,51 @@ def predict_file(
     tasks: str | Sequence[str] | None = None,
     fmt: str | None = None,
     text_column: str = "text",
-    batch_size: int = 64,
+    batch_size: int = BATCH_SIZE,
     on_error: str = "fail",
     force: bool = False,
     progress: bool | None = None,
     device: str | torch.device | None = None,
-    precision: str = "fp32",
+    precision: str = PRECISION,
     workers: int | None = None,
     gate_table: str | Path | None = None,
     shard: str | tuple[int, int] | None = None,
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
     max_tokens: int | None = None,
+    options: InferenceOptions | None = None,
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
-    ``progress``: a progress bar on stderr (None: only when stderr is a terminal); ``precision``, ``workers``,
-    ``gate_table``, ``cache_states``, ``cache_dir`` and ``max_tokens`` as in predict_texts. The input, the output's
-    folder and the model are checked before anything is predicted. Called from the main thread, SIGTERM raises
-    ``mtl_decoder.files.Terminated`` (the previous handler is back when this returns).
+    ``progress``: a progress bar on stderr (None: only when stderr is a terminal); the inference settings as in
+    predict_texts (``options`` or keywords; their errors name the command's flags). The settings, the input, the
+    output's folder and the model are checked before anything is predicted, the settings before the model loads.
+    Called from the main thread, SIGTERM raises ``mtl_decoder.files.Terminated`` (the previous handler is back
+    when this returns).
 
     Under a launcher (torchrun, accelerate launch) the processes share the work and the main one writes the same
     files one process would; ``shard`` ('K/N') predicts only shard K of N into a part file for merge-predictions
     (see mtl_decoder.prediction.sharded)."""
+    given = dict(batch_size=batch_size, device=device, precision=precision, workers=workers, gate_table=gate_table,
+                 cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens)  # fmt: skip
+    options = resolve_options(options, given)
+    fields = dict(tasks=tasks, fmt=fmt, text_column=text_column, on_error=on_error, force=force)
     if shard is not None or launched():
         from mtl_decoder.prediction.sharded import predict_file_sharded
 
-        return predict_file_sharded(
-            model, input, output, shard=shard, tasks=tasks, fmt=fmt, text_column=text_column, batch_size=batch_size,
-            on_error=on_error, force=force, progress=progress, device=device, precision=precision, workers=workers,
-            gate_table=gate_table, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens,
-        )  # fmt: skip
+        return predict_file_sharded(model, input, output, options, shard=shard, progress=progress, **fields)
     with terminate_unwinds() as unwinder:
-        if on_error not in ON_ERROR:
-            raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
-        check_batch_size(batch_size)
-        check_max_tokens(max_tokens, "--max-tokens")
-        reader = InputReader(input, fmt, text_column)
-        output = Path(output)
-        errors = errors_path(output)
-        skip = on_error == "skip"
-        check_targets(input, output, errors, skip, force, model)
-        saved = with_gate_table(load_saved(model, device), gate_table)
-        names = resolve_tasks(saved, tasks)
-        predictor = Predictor.from_saved(
-            saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens
-        )
-        summary = PredictSummary(str(input), str(output), str(errors) if skip else None, precision=precision)
-        for stale in stale_temporaries(output) + stale_temporaries(errors):  # left by a killed run
-            remove(stale)
-            summary.removed.append(str(stale))
+        job = file_job(input, output, None, **fields)
+        run = prepare_file_run(job, model, options.checked(flags=True))
+        predictor, summary, skip, errors = run.prepared.predictor, run.summary, job.skip, job.errors
         show = sys.stderr.isatty() if progress is None else progress
-        with AtomicFile(output, force) as out, AtomicFile(errors, force) if skip else nullcontext() as bad:
-            _stream(predictor, reader, names, out, bad, summary, show)
-            summary.empty_lines = reader.empty_lines
+        with AtomicFile(job.output, force) as out, AtomicFile(errors, force) if skip else nullcontext() as bad:
+            _stream(predictor, run.reader, run.prepared.tasks, out, bad, summary, show)
+            summary.empty_lines = run.reader.empty_lines
             with unwinder.deferred():  # the files of this run go into place together
                 if bad is not None:
                     bad.commit()
                 out.commit()
-                if not skip and errors.exists():  # an earlier skip run's (force): it described another output
+                if not skip and is_errors_file(errors):  # an earlier skip run's (force): it described another output
                     remove(errors)
                     summary.removed.append(str(errors))
         return summary

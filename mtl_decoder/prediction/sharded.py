@@ -34,34 +34,17 @@ from typing import Any, TypeVar
 from tqdm import tqdm
 
 from mtl_decoder.errors import DataError, UserError
-from mtl_decoder.files import remove, stale_temporaries, terminate_unwinds
-from mtl_decoder.inference import Predictor
-from mtl_decoder.inference.predictor import check_max_tokens
-from mtl_decoder.prediction.common import (
-    ON_ERROR,
-    PredictSummary,
-    check_batch_size,
-    load_saved,
-    resolve_tasks,
-    set_aside,
-    with_gate_table,
-)
+from mtl_decoder.files import terminate_unwinds
+from mtl_decoder.inference import InferenceOptions, Predictor
+from mtl_decoder.prediction.common import PredictSummary, set_aside
 from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord
-from mtl_decoder.prediction.outputs import PREDICTIONS, check_targets, errors_path, prediction_dict
-from mtl_decoder.prediction.parts import COUNTS, check_part_target
+from mtl_decoder.prediction.outputs import PREDICTIONS, prediction_dict
+from mtl_decoder.prediction.parts import COUNTS, InputDigest, file_fingerprint, model_fingerprint
+from mtl_decoder.prediction.setup import FileJob, FileRun, file_job, prepare_file_run
 from mtl_decoder.prediction.writer import RunWriter
 from mtl_decoder.processes import Processes, ProcessFailed, Share
 
 T = TypeVar("T")
-
-
-def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:
-    """(K, N) from 'K/N' or a pair; a UserError unless 0 <= K < N."""
-    text = f"{shard[0]}/{shard[1]}" if isinstance(shard, tuple) else str(shard)
-    k, sep, n = text.partition("/")
-    if not (sep and k.strip().isdigit() and n.strip().isdigit()) or not 0 <= int(k) < int(n):
-        raise UserError(f"--shard must be K/N with 0 <= K < N (e.g. --shard 0/4), got '{text}'")
-    return int(k), int(n)
 
 
 @dataclass
@@ -81,51 +64,38 @@ def predict_file_sharded(
     model: Any,
     input: str | Path,
     output: str | Path,
+    options: InferenceOptions,
     *,
     shard: str | tuple[int, int] | None,
-    tasks: Any = None,
-    fmt: str | None = None,
-    text_column: str = "text",
-    batch_size: int = 64,
-    on_error: str = "fail",
-    force: bool = False,
     progress: bool | None = None,
-    device: Any = None,
-    precision: str = "fp32",
-    workers: int | None = None,
-    gate_table: str | Path | None = None,
-    cache_states: bool = False,
-    cache_dir: str | Path | None = None,
-    max_tokens: int | None = None,
+    **fields: Any,
 ) -> PredictSummary:
-    """``predict_file`` over the launcher's processes and/or as shard K/N (see the module doc). Every process
-    returns the summary of the whole run (of the shard, with ``shard``), which the main process printed."""
+    """``predict_file`` over the launcher's processes and/or as shard K/N (see the module doc); ``fields``: the
+    FileJob's (tasks, fmt, text_column, on_error, force). Every process returns the summary of the whole run (of
+    the shard, with ``shard``), which the main process printed."""
     processes = Processes.join()
-    part = shard is not None
     with terminate_unwinds() as unwinder:
 
-        def prepare():
-            return _prepare(
-                processes, model, input, output, shard, tasks, fmt, text_column, batch_size, on_error, force, device,
-                precision, workers, gate_table, cache_states, cache_dir, max_tokens,
-            )  # fmt: skip
+        def prepare() -> tuple[FileRun, Share, dict[str, Any]]:
+            return _prepare(processes, model, file_job(input, output, shard, **fields), options)
 
-        reader, predictor, names, share, summary = _agree(processes, prepare)
-        skip = on_error == "skip"
+        run, share, identity = _agree(processes, prepare)
+        job, reader, predictor, summary = run.job, run.reader, run.prepared.predictor, run.summary
         show = processes.is_main and (sys.stderr.isatty() if progress is None else progress)
         bar = tqdm(desc="predict", unit=" rec", disable=not show, delay=1.0, mininterval=0.5, file=sys.stderr)
         writer = None
         try:
             if processes.is_main:
                 with unwinder.deferred():  # a SIGTERM now waits until the writer exists, so its files are discarded
-                    writer = RunWriter(Path(output), errors_path(output), skip, part)
-            seen = _run(reader, predictor, names, share, processes, writer, summary, skip, bar)
+                    writer = RunWriter(job.output, job.errors, job.skip, job.shard is not None)
+            names = run.prepared.tasks
+            seen = _run(reader, predictor, names, share, processes, writer, summary, job.skip, bar)
             if predictor.state_cache is not None:
                 predictor.state_cache.flush()  # --cache-states: each process writes its own last shard
             summary.empty_lines = reader.empty_lines
             if writer is not None:
                 with unwinder.deferred():  # the files of this run go into place together
-                    writer.commit(_footer(share, reader, seen, summary, on_error, names), summary)
+                    writer.commit(_footer(share, reader, seen, summary, job.on_error, names, identity), summary)
         finally:
             bar.close()
             if writer is not None:
@@ -134,55 +104,19 @@ def predict_file_sharded(
 
 
 def _prepare(
-    processes: Processes,
-    model: Any,
-    input: str | Path,
-    output: str | Path,
-    shard: str | tuple[int, int] | None,
-    tasks: Any,
-    fmt: str | None,
-    text_column: str,
-    batch_size: int,
-    on_error: str,
-    force: bool,
-    device: Any,
-    precision: str,
-    workers: int | None,
-    gate_table: str | Path | None,
-    cache_states: bool = False,
-    cache_dir: str | Path | None = None,
-    max_tokens: int | None = None,
-) -> tuple[InputReader, Predictor, list[str], Share, PredictSummary]:
-    """Everything checked and loaded before the first record is read, on every process (the targets on the main
-    one, which alone writes)."""
-    if on_error not in ON_ERROR:
-        raise UserError(f"on_error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
-    check_batch_size(batch_size)
-    check_max_tokens(max_tokens, "--max-tokens")
-    k, n = parse_shard(shard) if shard is not None else (0, 1)
-    reader = InputReader(input, fmt, text_column)
-    output = Path(output)
-    errors = errors_path(output)
-    skip = on_error == "skip"
-    if processes.is_main:
-        if shard is not None:
-            check_part_target(input, output, force, model)
-        else:
-            check_targets(input, output, errors, skip, force, model)
-    device = processes.device if processes.device is not None else device  # a launcher's process: its own
-    saved = with_gate_table(load_saved(model, device), gate_table)
-    names = resolve_tasks(saved, tasks)
-    predictor = Predictor.from_saved(
-        saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens
-    )
-    share = Share(predictor.buffer, k, n, processes.rank, processes.world)
-    errors_file = str(errors) if skip and shard is None else None  # a shard's skipped records are in its part
-    summary = PredictSummary(str(input), str(output), errors_file, precision=precision)
-    if processes.is_main:
-        for stale in stale_temporaries(output) + stale_temporaries(errors):  # left by a killed run
-            remove(stale)
-            summary.removed.append(str(stale))
-    return reader, predictor, names, share, summary
+    processes: Processes, model: Any, job: FileJob, options: InferenceOptions
+) -> tuple[FileRun, Share, dict[str, Any]]:
+    """The shared set-up (``setup.prepare_file_run``) on every process, on the process's own device under a
+    launcher (the targets checked on the main one, which alone writes); then its share of the blocks and what
+    identifies the job's model for a part's footer (empty without a shard)."""
+    options = options.checked(flags=True).on_device(processes.device)
+    run = prepare_file_run(job, model, options, writes=processes.is_main)
+    k, n = job.shard if job.shard is not None else (0, 1)
+    share = Share(run.prepared.predictor.buffer, k, n, processes.rank, processes.world)
+    identity = {}
+    if job.shard is not None and processes.is_main:
+        identity = {"model": model_fingerprint(run.prepared.saved), "gate_table": file_fingerprint(options.gate_table)}
+    return run, share, identity
 
 
 # ------------------------------------------------------------------------------------------------ the stream
@@ -196,6 +130,8 @@ class _Reading:
     """Readable records (the ones dealt in blocks)."""
     records: int = 0
     """Every record, readable or not (the input indices)."""
+    digest: InputDigest = field(default_factory=InputDigest)
+    """A fingerprint of every record read, for a part's footer."""
 
 
 def _own(
@@ -205,6 +141,7 @@ def _own(
     mode (every process meets it) and goes to the main process's errors file (or part) in skip mode."""
     for index, record in enumerate(reader):
         seen.records += 1
+        seen.digest.add(record)
         mine = share.in_shard(seen.dealt)
         summary.read += mine
         if isinstance(record, BadRecord):
@@ -353,7 +290,13 @@ def _stop(processes: Processes, verdict: tuple[int, str, str], own_error: BaseEx
 
 
 def _footer(
-    share: Share, reader: InputReader, seen: _Reading, summary: PredictSummary, on_error: str, tasks: list[str]
+    share: Share,
+    reader: InputReader,
+    seen: _Reading,
+    summary: PredictSummary,
+    on_error: str,
+    tasks: list[str],
+    identity: dict[str, Any],
 ) -> dict[str, Any]:
     """What a part says of itself, for merge-predictions' checks and counts (see parts.SAME and parts.COUNTS)."""
     return {
@@ -361,6 +304,8 @@ def _footer(
         "shards": share.shards,
         "block": share.block,
         "input": Path(reader.path).name,
+        "input_sha256": seen.digest.hexdigest(),
+        **identity,
         "records": seen.records,
         "empty_lines": reader.empty_lines,
         "on_error": on_error,

@@ -10,6 +10,7 @@ from typing import Any
 from mtl_decoder.files import AtomicFile, remove, shielded
 from mtl_decoder.prediction.common import PredictSummary, set_aside
 from mtl_decoder.prediction.inputs import BadRecord
+from mtl_decoder.prediction.outputs import is_errors_file
 from mtl_decoder.prediction.parts import PartWriter
 
 
@@ -45,7 +46,7 @@ class RunWriter:
         if self.bad is not None:
             self.bad.commit()
         self.out.commit()
-        if not self.skip and self.errors.exists():  # an earlier skip run's (force): it described another output
+        if not self.skip and is_errors_file(self.errors):  # an earlier skip run's (force): it described another output
             remove(self.errors)
             summary.removed.append(str(self.errors))
 

@@ -14,6 +14,7 @@ import dataclasses
 import importlib.util
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from mtl_decoder.config import ExperimentConfig, load_config
 from mtl_decoder.data.batching import MultiTaskBatchSampler, MultiTaskDataset, collator_for
 from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import Unwinder, terminate_unwinds
+from mtl_decoder.files import Terminated, Unwinder, terminate_unwinds
 from mtl_decoder.locks import PathLock
 from mtl_decoder.model import build_model
 from mtl_decoder.runtime import default_device
@@ -61,7 +62,32 @@ def train(
     overwrite: bool = False,
 ) -> TrainResult:
     """Train a multi-task model; returns where the best model went and its validation metrics. ``config`` is not
-    modified (``output_dir`` overrides training.output_dir in the run's own copy)."""
+    modified (``output_dir`` overrides training.output_dir in the run's own copy). An error that would name one of
+    the train command's flags names the argument of this function instead (``resume=True``, not ``--resume``)."""
+    try:
+        return run_training(config, overrides, output_dir, resume, overwrite)
+    except (UserError, Terminated) as err:
+        err.args = (python_terms(str(err)),)
+        raise
+
+
+PYTHON_ARGUMENTS = {"--resume": "resume=True", "--overwrite": "overwrite=True", "--output-dir": "output_dir"}
+"""The train command's flags -> the arguments of ``train`` that do the same."""
+
+
+def python_terms(message: str) -> str:
+    """``message`` with the train command's flags replaced by ``train``'s arguments (``PYTHON_ARGUMENTS``)."""
+    return re.sub(r"--(?:resume|overwrite|output-dir)\b(?!-)", lambda m: PYTHON_ARGUMENTS[m.group(0)], message)
+
+
+def run_training(
+    config: ExperimentConfig | str | Path,
+    overrides: list[str] = (),
+    output_dir: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> TrainResult:
+    """``train`` as the train command runs it: its errors name the command's flags."""
     if not isinstance(config, ExperimentConfig):
         config = load_config(config, list(overrides))
     return run_trainer(Trainer(config, output_dir, resume=resume, overwrite=overwrite))

@@ -216,6 +216,45 @@ def test_report_and_plots_are_written(test_eval: EvalResult):
         assert f"(plots/{name})" in report
 
 
+def test_a_killed_evaluations_temporaries_are_removed_by_the_next(best: Path, tmp_path: Path):
+    """A SIGKILLed evaluate leaves its staging folder beside the output (and a half-renamed one inside): the next
+    evaluate to the same output removes them, as predict does; a live process's temporary stays."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    out = tmp_path / "ev"
+    out.mkdir()
+    stale = [tmp_path / f".ev.mtl-tmp-{proc.pid}-00aa11bb", out / f".plots.mtl-tmp-{proc.pid}-22cc33dd"]
+    live = tmp_path / f".ev.mtl-tmp-{os.getppid()}-44ee55ff"
+    for folder in (*stale, live):
+        folder.mkdir()
+        (folder / "metrics.json").write_text("{}", encoding="utf-8")
+    evaluate(best, split="test", output_dir=out)
+    assert not any(p.exists() for p in stale) and live.is_dir()
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "plots", "report.md"]
+
+
+def test_tasks_whose_names_reduce_alike_get_plots_of_their_own(test_eval: EvalResult, tmp_path: Path):
+    """'实体' and '情感' both reduce to '_': each gets its own plot, and the same file name every time."""
+    from mtl_decoder.evaluation.plots import write_plots
+
+    rename = {"ner": "实体", "sentiment": "情感"}
+    metrics = json.loads(json.dumps(test_eval.metrics))
+    metrics["tasks"] = {rename[k]: v for k, v in metrics["tasks"].items()}
+    metrics["experts"] = {
+        layer: {rename.get(k, k): v for k, v in gates.items()} for layer, gates in metrics["experts"].items()
+    }
+    first = [p.name for p in write_plots(metrics, tmp_path / "a")]
+    again = [p.name for p in write_plots(metrics, tmp_path / "b")]
+    shares = [name for name in first if name.startswith("shared_share_")]
+    assert len(shares) == 2 and len(set(shares)) == 2 and first == again
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(first)
+    assert "shared_share_ner.png" in [p.name for p in write_plots(test_eval.metrics, tmp_path / "c")]
+
+
 def test_data_flag_reads_a_file_with_the_tasks_columns(best: Path, tmp_path: Path, test_eval: EvalResult):
     model = tmp_path / "model"
     shutil.copytree(best, model)
@@ -225,6 +264,23 @@ def test_data_flag_reads_a_file_with_the_tasks_columns(best: Path, tmp_path: Pat
     assert result.tasks["ner"] == test_eval.tasks["ner"]
     assert result.metrics["data"]["ner"]["from_data_flag"] is True
     assert list(result.experts["layer_0"]) == ["ner", "shared"]
+
+
+def test_an_evaluation_on_given_files_names_them_not_a_split(best: Path, tmp_path: Path):
+    """--data alone: metrics.json's split is null and report.md says the file; with a task from its split too, both."""
+    given = str(FIXTURES / "ner_test.jsonl")
+    only = evaluate(best, data=[f"ner={given}"], output_dir=tmp_path / "only")
+    assert only.metrics["split"] is None
+    assert json.loads((tmp_path / "only" / "metrics.json").read_text())["split"] is None
+    title = (tmp_path / "only" / "report.md").read_text().splitlines()[0]
+    assert title == f"# Evaluation of `{best}` on `{given}`" and "split" not in title
+    both = evaluate(best, data=[f"ner={given}"], tasks="ner,sentiment", output_dir=tmp_path / "both")
+    assert both.metrics["split"] == "test"
+    title = (tmp_path / "both" / "report.md").read_text().splitlines()[0]
+    assert title == f"# Evaluation of `{best}` on the test split and `{given}`"
+    plain = tmp_path / "plain"
+    evaluate(best, tasks="sentiment", output_dir=plain)
+    assert (plain / "report.md").read_text().splitlines()[0] == f"# Evaluation of `{best}` on the test split"
 
 
 def test_cli_prints_the_per_task_table(best: Path, tmp_path: Path, capsys, test_eval: EvalResult):

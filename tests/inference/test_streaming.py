@@ -190,6 +190,23 @@ def test_cli_streams_stdin_to_stdout_and_a_file_to_a_file(softmax_model, tmp_pat
     assert "already exists" in capsys.readouterr().err
 
 
+def test_cli_stream_bytes_not_utf8_on_stdin_are_the_files_one_line_error(softmax_model, tmp_path, monkeypatch, capsys):
+    """Bytes that are not UTF-8 on stdin (Python's stdin decodes them to lone surrogates) stop the stream with the
+    clean error a file with the same bytes gives, not a tokenizer's TypeError; stdin's own buffer stays open."""
+    model_dir = str(softmax_model.directory)
+    data = (TEXTS[0] + "\n").encode() + b"caf\xe9 au lait\n"
+    source = tmp_path / "in.txt"
+    source.write_bytes(data)
+    assert main(["predict", "--model", model_dir, "--stream", "--input", str(source), "--output", "-"]) == 2
+    from_file = capsys.readouterr().err.strip().splitlines()[-1]
+    stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")  # as Python opens it
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert main(["predict", "--model", model_dir, "--stream", "--input", "-", "--output", "-"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == from_file.replace(str(source), "standard input") and "not UTF-8 text" in err[-1]
+    assert not any("Traceback" in line or "TypeError" in line for line in err) and not stdin.buffer.closed
+
+
 @pytest.mark.parametrize(
     "flags",
     [

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from predict_testkit import read_jsonl, texts, write_jsonl, write_lines
 
-import mtl_decoder.prediction.common as common_module
+import mtl_decoder.inference.options as options_module
 import mtl_decoder.prediction.predict as predict_module
 from mtl_decoder.cli import main
 from mtl_decoder.errors import DataError
@@ -117,6 +117,20 @@ def test_a_killed_runs_temporaries_are_removed_by_the_next_run(model_dir, tmp_pa
 
 
 # ---------------------------------------------------------------------------------------------- --force
+
+
+def test_force_in_fail_mode_leaves_an_errors_named_file_it_did_not_write(model_dir, tmp_path, capsys):
+    """po.errors.jsonl that predict did not write (notes, another tool's log) is no concern of a fail-mode run: not
+    a reason to refuse, and never removed by --force."""
+    source = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts()])
+    out, errors = tmp_path / "po.jsonl", tmp_path / "po.errors.jsonl"
+    notes = '{"line": 1, "note": "my own log"}\nfree text\n'
+    errors.write_text(notes, encoding="utf-8")
+    assert main(_argv(model_dir, source, out)) == 0
+    out.write_text("the earlier output\n", encoding="utf-8")
+    assert main(_argv(model_dir, source, out, "--force")) == 0
+    assert "removed" not in capsys.readouterr().out
+    assert errors.read_text(encoding="utf-8") == notes and len(read_jsonl(out)) == len(texts())
 
 
 def test_force_in_fail_mode_removes_an_earlier_skip_runs_errors_file(model_dir, tmp_path, capsys):
@@ -216,7 +230,7 @@ def test_an_output_under_a_regular_file_is_refused_before_the_model_is_loaded(mo
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded before the output was checked")
 
-    monkeypatch.setattr(common_module, "load_model", no_model)
+    monkeypatch.setattr(options_module, "load_model", no_model)
     assert main(_argv(model_dir, source, source / "out.jsonl")) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: --output {source / 'out.jsonl'}: {source} is a file, not a folder; choose another --output"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from predict_testkit import read_jsonl, same_predictions
 from test_predict_processes import PREDICT_CASES, write_inputs
 
@@ -120,6 +121,43 @@ def test_merge_refuses_what_is_not_one_whole_job(model, inputs, tmp_path):
         merge_predictions(out, pieces)
     with pytest.raises(UserError, match="is one of the parts"):
         merge_predictions(pieces[0], pieces, force=True)
+
+
+def test_merge_refuses_parts_of_another_model_or_another_input(model, model_dir, inputs, tmp_path):
+    """A part predicted by another model, or read from another file of the same name and length, is refused in one
+    line naming the part, however alike the footers' other fields are."""
+    import shutil
+
+    from mtl_decoder.saved import save_model
+
+    pieces = parts(model, inputs["csv"], tmp_path, 3, "fail")
+    out = tmp_path / "out.jsonl"
+    other_model = load_model(model_dir)
+    with torch.no_grad():
+        next(other_model.model.parameters()).add_(0.01)
+    save_model(tmp_path / "other-model", other_model.model, other_model.encoder, other_model.config,
+               other_model.label_sets)  # fmt: skip
+    other = tmp_path / "other"
+    other.mkdir()
+    theirs = parts(load_model(tmp_path / "other-model"), inputs["csv"], other, 3, "fail")
+    with pytest.raises(UserError, match=r"other/part-2-of-3.jsonl: predicted by another model .*not parts of one job"):
+        merge_predictions(out, [pieces[0], pieces[1], theirs[2]])
+    same_name = tmp_path / "same-name"
+    same_name.mkdir()
+    lines = inputs["csv"].read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[5] = lines[5].replace(",", ",edited ", 1)  # one text changed: same name, same number of records
+    (same_name / inputs["csv"].name).write_text("".join(lines), encoding="utf-8")
+    edited = parts(model, same_name / inputs["csv"].name, same_name, 3, "fail")
+    with pytest.raises(UserError, match=r"same-name/part-1-of-3.jsonl: read another input .*not parts of one job"):
+        merge_predictions(out, [pieces[0], edited[1], pieces[2]])
+    copied = tmp_path / "copied.csv"
+    shutil.copy(inputs["csv"], copied)  # the same content elsewhere: the same fingerprints
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    again = parts(model, copied, moved, 3, "fail")
+    footers = [read_jsonl(p)[-1]["part"] for p in (pieces[0], again[1])]
+    assert footers[0]["input_sha256"] == footers[1]["input_sha256"] and footers[0]["model"] == footers[1]["model"]
+    assert not out.exists()
 
 
 def test_cli_shard_and_merge(model_dir, inputs, tmp_path, capsys):

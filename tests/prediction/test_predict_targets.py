@@ -67,6 +67,29 @@ def test_a_character_device_output_is_written_through_and_not_replaced(model_dir
     assert stat.S_ISCHR(os.lstat(null).st_mode)
 
 
+def test_output_dash_writes_to_whatever_stdout_is_redirected_to(model_dir, source, tmp_path):
+    """`--output - > file` (stdout a link to a file), `>>` (appended, nothing truncated) and `--shard 1/3 --output -
+    | tail -1` (a pipe) all write the predictions: standard output is never a file to protect."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "mtl_decoder", "predict", "--model", str(model_dir), "--input", str(source),
+            "--output", "-"]  # fmt: skip
+    redirected = tmp_path / "file.jsonl"
+    redirected.write_text("kept\n", encoding="utf-8")
+    with open(redirected, "a", encoding="utf-8") as stdout:  # `>>`: what is there stays
+        done = subprocess.run(argv, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = redirected.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "kept" and [json.loads(line)["text"] for line in lines[1:]] == texts()
+    with open(tmp_path / "new.jsonl", "w", encoding="utf-8") as stdout:  # `>`
+        done = subprocess.run(argv, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [r["text"] for r in read_jsonl(tmp_path / "new.jsonl")] == texts()
+    done = subprocess.run([*argv, "--shard", "1/3"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    footer = json.loads(done.stdout.splitlines()[-1])["part"]
+    assert (footer["shard"], footer["shards"], footer["records"]) == (1, 3, len(texts()))
+
+
 def test_a_symlink_output_is_refused_and_its_target_left_alone(model_dir, source, tmp_path):
     target = tmp_path / "target.jsonl"
     target.write_text("old\n", encoding="utf-8")
