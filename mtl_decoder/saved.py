@@ -149,8 +149,8 @@ def load_model(directory: str | Path, device: torch.device | str | None = None) 
         if not (directory / name).is_file():
             raise UserError(f"{directory}: not a model folder (missing {name})")
     metadata = _metadata(directory / WEIGHTS_FILE)
-    config = _read_config(directory / CONFIG_FILE, _saved_format(directory / WEIGHTS_FILE, metadata))
-    label_sets = _read_labels(directory / LABELS_FILE, config)
+    config = read_config(directory / CONFIG_FILE, _saved_format(directory / WEIGHTS_FILE, metadata))
+    label_sets = read_labels(directory / LABELS_FILE, config)
     encoder = TextEncoder.load(
         directory, config.data.max_length, config.model.trunk.enabled, config.model.word_token_position
     )
@@ -247,7 +247,7 @@ def _check_manifest(directory: Path, changed: list[str]) -> None:
         )
 
 
-def _read_config(path: Path, saved_format: int = FORMAT) -> ExperimentConfig:
+def read_config(path: Path, saved_format: int = FORMAT) -> ExperimentConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
@@ -273,7 +273,7 @@ def _read_config(path: Path, saved_format: int = FORMAT) -> ExperimentConfig:
         raise UserError(f"{path}: not a config this version can read ({err})") from None
 
 
-def _read_labels(path: Path, config: ExperimentConfig) -> dict[str, list[str]]:
+def read_labels(path: Path, config: ExperimentConfig) -> dict[str, list[str]]:
     try:
         labels = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

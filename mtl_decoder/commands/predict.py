@@ -19,7 +19,7 @@ def run_predict(args: argparse.Namespace) -> None:
 
     options = InferenceOptions.from_args(args).checked(flags=True)  # before any model loads
     if args.stream:
-        from mtl_decoder.inference.streaming import stream_file
+        from mtl_decoder.prediction.stream import stream_file
         from mtl_decoder.processes import launched
 
         if args.shard is not None or launched():

@@ -32,7 +32,7 @@ from mtl_decoder.distill.targets import text_key as key_of
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_json
 from mtl_decoder.model.heads import word_level
-from mtl_decoder.saved import CONFIG_FILE, LABELS_FILE, REQUIRED_FILES, _read_config, _read_labels, load_model
+from mtl_decoder.saved import CONFIG_FILE, LABELS_FILE, REQUIRED_FILES, load_model, read_config, read_labels
 from mtl_decoder.training.run_dir import RunDirectory
 from mtl_decoder.training.setup import RunData
 from mtl_decoder.training.state import TrainResult
@@ -81,8 +81,8 @@ def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | No
     for name in REQUIRED_FILES:
         if not (teacher / name).is_file():
             raise UserError(f"--teacher {teacher}: not a model folder (missing {name})")
-    teacher_cfg = _read_config(teacher / CONFIG_FILE)
-    teacher_labels = _read_labels(teacher / LABELS_FILE, teacher_cfg)
+    teacher_cfg = read_config(teacher / CONFIG_FILE)
+    teacher_labels = read_labels(teacher / LABELS_FILE, teacher_cfg)
     tasks = dict(config.tasks)
     for name, task in config.tasks.items():
         theirs = teacher_cfg.tasks.get(name)
@@ -114,7 +114,7 @@ def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | No
 
 def label_columns(teacher: Path, label_sets: dict[str, list[str]]) -> dict[str, list[int]]:
     """Per task, the teacher's target column of each of the student's labels, in the student's order."""
-    labels = _read_labels(teacher / LABELS_FILE, _read_config(teacher / CONFIG_FILE))
+    labels = read_labels(teacher / LABELS_FILE, read_config(teacher / CONFIG_FILE))
     columns = {}
     for task, ours in label_sets.items():
         theirs = labels.get(task, [])

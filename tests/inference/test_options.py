@@ -16,8 +16,8 @@ from mtl_decoder.errors import UserError
 from mtl_decoder.evaluation.evaluate import evaluate
 from mtl_decoder.inference import PRECISIONS, InferenceOptions, Predictor
 from mtl_decoder.inference.options import BATCH_SIZE, PRECISION
-from mtl_decoder.inference.streaming import stream_file
 from mtl_decoder.prediction import predict_file, predict_texts
+from mtl_decoder.prediction.stream import stream_file
 from mtl_decoder.saved import load_model
 
 TEXTS = ["EU rejects German call to boycott British lamb .", "Peter Blackburn", "a good film"]
