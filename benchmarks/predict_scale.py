@@ -101,7 +101,7 @@ def run_way(processes: int, threads: int, model: Path, source: Path, out: Path, 
 
 def reading_seconds(source: Path) -> float:
     """Reading and parsing every record of the input, as each process of a multi-process run does."""
-    from mtl_decoder.prediction.inputs import InputReader
+    from mtl_decoder.data.inputs import InputReader
 
     start = time.perf_counter()
     count = sum(1 for _ in InputReader(source))

@@ -10,9 +10,9 @@ from mtl_decoder.paths import check_outside_model
 
 def run_build_gate_table(args: argparse.Namespace) -> None:
     """Read the sample's records (a bad one stops with file:line), build the table, write it, say where."""
+    from mtl_decoder.data.inputs import BadRecord, InputReader
     from mtl_decoder.errors import DataError
     from mtl_decoder.inference.gate_table import build_gate_table, table_paths
-    from mtl_decoder.prediction.inputs import BadRecord, InputReader
     from mtl_decoder.saved import load_model
 
     reader = InputReader(args.input, args.format, args.text_column)

@@ -17,11 +17,11 @@ import torch
 from mtl_decoder.config import TAGGING
 from mtl_decoder.data.batching import Collator, EncodedExample
 from mtl_decoder.data.formats import BadRecord
+from mtl_decoder.data.inputs import InputReader
 from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.distill.targets import SPANS, Item, align
 from mtl_decoder.errors import DataError, UserError
 from mtl_decoder.paths import path_problem
-from mtl_decoder.prediction.inputs import InputReader
 
 
 @dataclass

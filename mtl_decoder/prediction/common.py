@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mtl_decoder.config import parse_task_names
+from mtl_decoder.data.inputs import BadRecord
 from mtl_decoder.errors import DataError, UserError
 from mtl_decoder.files import AtomicFile
 from mtl_decoder.inference import InferenceOptions
-from mtl_decoder.prediction.inputs import BadRecord
 from mtl_decoder.saved import SavedModel
 
 ON_ERROR = ("fail", "skip")

@@ -22,9 +22,6 @@ from mtl_decoder.files import FILE, STDOUT, STREAM, check_writable_parent, outpu
 from mtl_decoder.inference import Prediction
 from mtl_decoder.paths import check_outside_model
 
-PREDICTIONS = "predictions"
-"""The field each output record gets; an input record that already has one is refused (never overwritten)."""
-
 
 def errors_path(output: str | Path) -> Path:
     """Where skipped records go: OUT.errors.jsonl for OUT.jsonl."""

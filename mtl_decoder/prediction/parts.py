@@ -24,6 +24,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from mtl_decoder.data.inputs import BadRecord, InputRecord
 from mtl_decoder.data.tokenization import TOKENIZER_FILE
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import (
@@ -37,7 +38,6 @@ from mtl_decoder.files import (
 from mtl_decoder.hashing import files_fingerprint, sha256_file
 from mtl_decoder.paths import check_outside_model
 from mtl_decoder.prediction.common import PredictSummary
-from mtl_decoder.prediction.inputs import BadRecord, InputRecord
 from mtl_decoder.prediction.outputs import errors_path
 from mtl_decoder.saved import CONFIG_FILE, LABELS_FILE, TRUNK_DIR, TRUNK_FILE, WEIGHTS_FILE, SavedModel
 

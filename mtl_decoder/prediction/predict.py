@@ -30,13 +30,13 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from mtl_decoder.data.inputs import PREDICTIONS, BadRecord, InputReader, InputRecord, check_text, check_tokens
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import AtomicFile, remove, terminate_unwinds
 from mtl_decoder.inference import InferenceOptions, Predictor
 from mtl_decoder.inference.options import BATCH_SIZE, PRECISION
 from mtl_decoder.prediction.common import PredictSummary, resolve_options, set_aside
-from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord, check_text, check_tokens
-from mtl_decoder.prediction.outputs import PREDICTIONS, is_errors_file, prediction_dict
+from mtl_decoder.prediction.outputs import is_errors_file, prediction_dict
 from mtl_decoder.prediction.setup import file_job, prepare_file_run, prepare_model
 from mtl_decoder.processes import launched
 from mtl_decoder.saved import SavedModel

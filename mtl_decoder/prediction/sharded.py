@@ -33,12 +33,12 @@ from typing import Any, TypeVar
 
 from tqdm import tqdm
 
+from mtl_decoder.data.inputs import PREDICTIONS, BadRecord, InputReader, InputRecord
 from mtl_decoder.errors import DataError, UserError
 from mtl_decoder.files import terminate_unwinds
 from mtl_decoder.inference import InferenceOptions, Predictor
 from mtl_decoder.prediction.common import PredictSummary, set_aside
-from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord
-from mtl_decoder.prediction.outputs import PREDICTIONS, prediction_dict
+from mtl_decoder.prediction.outputs import prediction_dict
 from mtl_decoder.prediction.parts import COUNTS, InputDigest, file_fingerprint, model_fingerprint
 from mtl_decoder.prediction.setup import FileJob, FileRun, file_job, prepare_file_run
 from mtl_decoder.prediction.writer import RunWriter

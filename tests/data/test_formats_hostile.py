@@ -12,10 +12,10 @@ import pytest
 from mtl_decoder.data import formats
 from mtl_decoder.data.formats import BadRecord, FileRecords, Record, RecordReader
 from mtl_decoder.data.hub import read_hub
+from mtl_decoder.data.inputs import InputReader
 from mtl_decoder.data.safejson import MAX_JSON_DEPTH
 from mtl_decoder.data.tasks import load_split
 from mtl_decoder.errors import DataError, UserError
-from mtl_decoder.prediction.inputs import InputReader
 
 
 def _write(path, lines: list[str]):

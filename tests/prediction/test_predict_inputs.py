@@ -6,8 +6,8 @@ import pytest
 from predict_testkit import write_conll, write_delimited, write_lines
 
 from mtl_decoder.data.formats import detect_format
+from mtl_decoder.data.inputs import BadRecord, InputReader, InputRecord
 from mtl_decoder.errors import DataError
-from mtl_decoder.prediction.inputs import BadRecord, InputReader, InputRecord
 
 
 def _read(path, **kwargs) -> tuple[list, InputReader]:

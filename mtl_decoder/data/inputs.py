@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from mtl_decoder.data.formats import BadRecord, FileRecords, detect_format
-from mtl_decoder.prediction.outputs import PREDICTIONS
+
+PREDICTIONS = "predictions"
+"""The field each output record gets (prediction/outputs.py); an input record that already has one is refused (never
+overwritten)."""
 
 TOKENS = "tokens"
 RESERVED_REASON = "the output writes its predictions under this name; rename or drop the field in the input"
