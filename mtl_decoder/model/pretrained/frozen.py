@@ -17,6 +17,7 @@ Inference (``evaluate``, ``predict``; ``FrozenStates.for_inference``) reads the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -269,17 +270,31 @@ class FrozenStates(nn.Module):
 
     # ---------------------------------------------------------------------------------------------- states
 
+    @staticmethod
+    def exactly(device: torch.device) -> contextlib.AbstractContextManager:
+        """Autocast switched off: the one context every frozen computation of the trunk (its pass, the cache's
+        reads and writes) runs in, so that it computes in its own dtype whatever precision the layers above use
+        and its cached states never depend on the caller's precision."""
+        return torch.autocast(device.type, enabled=False)
+
     @torch.no_grad()
     def compute(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """The trunk's last hidden states (causal, as pretrained), float32, padding rows left as computed. Autocast
-        is switched off around the trunk: it computes in its own dtype whatever precision the layers above use,
-        so that its cached states never depend on the caller's precision."""
+        """The trunk's states (``run``), float32, padding rows left as computed, with autocast off (``exactly``)."""
         self.base.eval()
-        with torch.autocast(input_ids.device.type, enabled=False):
-            out = self.base(input_ids=input_ids, attention_mask=attention_mask.long(), use_cache=False)
+        with self.exactly(input_ids.device):
+            return self.run(input_ids, attention_mask)
+
+    def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """One pass of the trunk: its last hidden states (causal, as pretrained), float32."""
+        out = self.base(input_ids=input_ids, attention_mask=attention_mask.long(), use_cache=False)
         return out.last_hidden_state.float()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, T, width) float32 states, from the cache or computed, with autocast off."""
+        with self.exactly(input_ids.device):
+            return self._states(input_ids, attention_mask)
+
+    def _states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         B, T = input_ids.shape
         lengths = attention_mask.sum(1).tolist()
         keys = [StateCache.key(row[:n]) for row, n in zip(input_ids.tolist(), lengths, strict=True)]
