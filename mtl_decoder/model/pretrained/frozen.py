@@ -356,14 +356,10 @@ class FrozenDecoder(MTLDecoder):
     """Native PLE decoder layers (``cfg.n_layers``, width ``cfg.d_model``) over a frozen pretrained trunk's states:
     the token embedding is replaced by a norm and a projection of those states."""
 
-    saves_trainable_only = False
-
-    def __init__(
-        self, cfg: ModelConfig, tasks: list[TaskHeadSpec], base: nn.Module, identity: BaseIdentity, cache: StateCache
-    ):
+    def __init__(self, cfg: ModelConfig, tasks: list[TaskHeadSpec], identity: BaseIdentity, states: FrozenStates):
         super().__init__(cfg, tasks, vocab_size=1)
         self.identity = identity
-        self.states = FrozenStates(base, identity, cache)
+        self.states = states
         self.embed = nn.Sequential(
             make_norm(cfg.norm, identity.hidden_size), nn.Linear(identity.hidden_size, cfg.d_model)
         )
@@ -372,9 +368,6 @@ class FrozenDecoder(MTLDecoder):
 
     def embed_tokens(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.embed(self.states(input_ids, attention_mask))  # (B, T, C)
-
-    def state_to_save(self) -> dict[str, torch.Tensor]:
-        return self.state_dict()
 
 
 def cache_for(identity: BaseIdentity, dtype: str, cache_dir: str | None, config: Any = None) -> StateCache:

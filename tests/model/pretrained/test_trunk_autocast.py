@@ -44,7 +44,7 @@ def _states(checkpoint: Path, root: Path, overrides: list[str], ids, mask, autoc
                                      *overrides])  # fmt: skip
     encoder = TextEncoder(load_tokenizer(cfg.model.trunk), cfg.data.max_length, words_as_text=True)
     model = build_model(cfg, LABELS, encoder).eval()
-    states = model.states
+    states = model.trunk_kind.cached_states()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast), torch.no_grad():
         first = states(ids, mask)
         again = states(ids, mask)
