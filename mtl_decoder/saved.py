@@ -133,7 +133,7 @@ def load_model(directory: str | Path, device: torch.device | str | None = None) 
     config = _read_config(directory / CONFIG_FILE, _saved_format(directory / WEIGHTS_FILE, metadata))
     label_sets = _read_labels(directory / LABELS_FILE, config)
     encoder = TextEncoder.load(
-        directory, config.data.max_length, config.model.trunk.enabled, config.model.word_token_position
+        directory, config.data.max_length, trunk_for(config.model).pretrained, config.model.word_token_position
     )
     _check_tokenizer(directory, metadata)  # readable (above), but is it this model's?
     identity = _read_identity(directory / TRUNK_FILE) if trunk_for(config.model).pretrained else None

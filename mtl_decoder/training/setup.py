@@ -18,6 +18,7 @@ from mtl_decoder.data.tokenization import TextEncoder, load_pretrained_tokenizer
 from mtl_decoder.model.crf import CRF
 from mtl_decoder.model.experts import Gate
 from mtl_decoder.model.heads import MultiTaskModel
+from mtl_decoder.model.trunks import trunk_for
 from mtl_decoder.training.logging import RunLogger
 
 
@@ -54,7 +55,7 @@ def make_tokenizer(cfg: ExperimentConfig, train: list[Source], stored: Path | No
     train texts."""
     if stored is not None:
         return load_pretrained_tokenizer(str(stored))
-    if cfg.model.trunk.enabled:  # a pretrained trunk reads the ids of its own tokenizer
+    if trunk_for(cfg.model).pretrained:  # a pretrained trunk reads the ids of its own tokenizer
         from mtl_decoder.model.pretrained.hub import load_tokenizer
 
         return load_tokenizer(cfg.model.trunk)

@@ -223,6 +223,8 @@ class FrozenStates(nn.Module):
         base.requires_grad_(False)
         self.__dict__["base"] = base
         self.identity, self.cache = identity, cache
+        self.blocks = [identity.layers]
+        """The blocks whose states are read (1-based): the last kept one here."""
         floating = next((p.dtype for p in base.parameters() if p.is_floating_point()), torch.float32)
         self.dtype = next((name for name, d in DTYPES.items() if d == floating), str(floating))
         self.compute_tag = "fp32"

@@ -242,10 +242,10 @@ def _capture(block: int, output) -> None:
 
 def cache_footprint(states: FrozenStates, tokens: int) -> str:
     """What the state cache of a run costs: bytes per token and block, memory for ``tokens`` tokens, disk."""
-    read = getattr(states, "blocks", [states.identity.layers])
+    read = states.blocks
     per = states.identity.hidden_size * STORE_DTYPE.itemsize
     cache = states.cache
-    disk = cache.disk_bytes() if hasattr(cache, "disk_bytes") else _folder_bytes(cache.directory)
+    disk = cache.disk_bytes() if isinstance(cache, LayeredCache) else _folder_bytes(cache.directory)
     return (
         f"block(s) {', '.join(map(str, read))} cached, {per:,} bytes per token per block "
         f"({str(STORE_DTYPE).removeprefix('torch.')}): {tokens * len(read) * per / 2**20:,.1f} MiB in memory for "

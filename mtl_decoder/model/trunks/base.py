@@ -62,8 +62,11 @@ class Trunk(ABC):
         saved_trunk: Path | None = None,
         expected_identity: dict[str, Any] | None = None,
     ) -> MultiTaskModel:
-        """``build``, then bound: the model answers ``model.trunk_kind`` with this trunk."""
-        model = self.build(specs, encoder, saved_trunk, expected_identity)
+        """``build``, then ``bind``."""
+        return self.bind(self.build(specs, encoder, saved_trunk, expected_identity))
+
+    def bind(self, model: MultiTaskModel) -> MultiTaskModel:
+        """Make this trunk the one ``model`` answers as ``model.trunk_kind``; returns the model."""
         model.__dict__["trunk_kind"] = self  # not a module: outside the state dict and device moves
         self._model = model
         return model
