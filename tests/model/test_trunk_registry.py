@@ -44,3 +44,10 @@ def test_an_unregistered_mode_is_still_refused_naming_the_key(tmp_path):
 def test_a_trunk_asked_for_its_model_before_it_built_one_says_so(tmp_path):
     with pytest.raises(RuntimeError, match="has no model yet"):
         trunk_for(tiny_config(tmp_path).model).state_to_save()
+
+
+def test_every_layer_mix_the_config_accepts_has_its_module():
+    from mtl_decoder.config.trunk import LAYER_MIXES as ACCEPTED
+    from mtl_decoder.model.pretrained.layermix import LAYER_MIXES
+
+    assert sorted(LAYER_MIXES) == sorted(ACCEPTED)
