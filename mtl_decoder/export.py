@@ -52,6 +52,7 @@ from mtl_decoder.files import (
     temporary_sibling,
 )
 from mtl_decoder.hashing import tensors_sha256
+from mtl_decoder.model.trunks import trunk_for
 from mtl_decoder.paths import check_outside_model
 from mtl_decoder.saved import load_model
 
@@ -87,32 +88,17 @@ def export_trunk(
     saved = load_model(model_dir, device="cpu")
     config, model = saved.config, saved.model
     trunk = config.model.trunk
-    if not trunk.enabled:
-        raise UserError(
-            f"{model_dir}: its trunk was trained from scratch (no model.trunk.pretrained); export --trunk writes "
-            "a pretrained trunk as a Hugging Face checkpoint"
-        )
-    if trunk.mode == "hybrid":
-        raise UserError(
-            f"{model_dir}: export --trunk does not handle mode hybrid (its trunk is split: cached lower blocks, "
-            "trained top blocks with experts); export a model trained in mode upcycle, lora or frozen"
-        )
+    reading = model.trunk_kind
+    base, has_experts = reading.export_base(Path(model_dir), expert)
     notes: list[str] = []
-    if trunk.mode == "frozen":
-        if expert is not None:
-            raise UserError(
-                f"--expert {expert}: in mode frozen the trunk holds no experts (the PLE layers are on top of it, "
-                "and the export is the pretrained trunk unchanged); leave --expert out"
-            )
-        base = model.states.base
+    if not has_experts:
         state = {k: v.detach() for k, v in base.state_dict().items()}
         chosen = None
         notes.append("mode frozen: the pretrained trunk unchanged; the PLE layers trained on top are not exported")
     else:
-        base = model.trunk
         chosen, state = _expert_path_state(base, expert, config)
     hf_config = copy.deepcopy(base.config)
-    if trunk.mode != "frozen" and config.model.attention == "bidirectional":
+    if reading.attention_reaches_trunk and config.model.attention == "bidirectional":
         hf_config.is_causal = False
         notes.append("trained with bidirectional attention: config.json says is_causal false, as the trunk computed")
     head, head_note = _lm_head(hf_config, saved.directory, trunk.dtype)
@@ -335,11 +321,7 @@ def _card(model_dir: Path, config: ExperimentConfig, expert: str | None, own_hea
     """A short README for the exported checkpoint: where it comes from and what it computes."""
     identity = json.loads((model_dir / "trunk.json").read_text(encoding="utf-8"))
     trunk = config.model.trunk
-    what = {
-        "frozen": "the pretrained blocks, unchanged",
-        "lora": "the pretrained weights with the low-rank updates of one expert merged in",
-        "upcycle": "every block's attention and norms as fine-tuned, and the MLP of one expert",
-    }[trunk.mode]
+    what = trunk_for(config.model).export_summary
     lines = [
         f"# Trunk exported from {model_dir.name} (mtl-decoder)",
         "",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mtl_decoder.config import TAGGING, ExperimentConfig
+from mtl_decoder.model.trunks import trunk_for
 
 MODEL_CARD_FILE = "README.md"
 
@@ -83,40 +84,8 @@ def _is_hub_id(source: str) -> bool:
 
 
 def _base_model(config: ExperimentConfig, identity: dict[str, Any] | None, parameters: int | None) -> list[str]:
-    m, trunk = config.model, config.model.trunk
     trained = f" ({parameters:,} trained parameters)" if parameters else ""
-    if identity is None:
-        return [
-            f"A native decoder trained from scratch{trained}: {m.n_layers} layers, d_model {m.d_model}, {m.n_heads} "
-            f"heads, {m.attention} attention, tokenizer trained on the training data ({config.tokenizer.kind}, "
-            f"vocabulary {config.tokenizer.vocab_size:,}).",
-        ]
-    mode = {
-        "frozen": f"frozen: its states at block {_read_blocks(trunk, identity)} are computed once per text; "
-        f"{m.n_layers} "
-        f"native `{m.ffn}` decoder layers (d_model {m.d_model}) are trained on top",
-        "upcycle": "upcycle: every block's MLP became its expert block (experts started as copies of the pretrained "
-        "MLP), all weights fine-tuned",
-        "lora": f"lora: the pretrained weights frozen, each expert the pretrained MLP plus its own rank-"
-        f"{trunk.lora_rank} update" + (", and one update on the attention" if trunk.lora_attention else ""),
-        "hybrid": f"hybrid: its states at block {identity.get('layers', 0) - trunk.train_top} are computed once per "
-        f"text; the top {trunk.train_top} blocks are trained on them ({trunk.top_mode}, PLE in their MLPs), "
-        f"{m.n_layers} native `{m.ffn}` decoder layers above",
-    }[trunk.mode]
-    revision = f" (revision {identity['revision']})" if identity.get("revision") else ""
-    stored = (
-        "the folder holds every trunk weight"
-        if trunk.mode == "upcycle" or trunk.save == "full"
-        else f"the folder refers to `{identity.get('source')}` by path or id: loading needs it, and checks its hash"
-    )
-    return [
-        f"- pretrained trunk: `{identity.get('source')}`{revision}, architecture {identity.get('architecture')}, "
-        f"first {identity.get('layers')} blocks, hidden size {identity.get('hidden_size')}",
-        f"- weights sha256 (the blocks kept, float32): `{identity.get('sha256')}`",
-        f"- mode {mode}",
-        f"- stored: {stored}",
-        f"- the checkpoint's own tokenizer; attention {m.attention}{trained}",
-    ]
+    return trunk_for(config.model).card_lines(config, identity, trained)
 
 
 def _data(config: ExperimentConfig, info: dict[str, Any]) -> list[str]:
@@ -231,11 +200,3 @@ def _limits(config: ExperimentConfig, identity: dict[str, Any] | None) -> list[s
         "evaluation of its own on the data it will meet.",
     ]
     return lines
-
-
-def _read_blocks(trunk: Any, identity: dict[str, Any]) -> str:
-    """The blocks a frozen trunk's states are read at: '16', or '8, 16 and 24 (a learned scalar_mix)'."""
-    if not trunk.mixes_layers:
-        return str(identity.get("layers"))
-    *lower, last = [str(b) for b in trunk.read_layers]
-    return f"{', '.join(lower)} and {last} (a learned {trunk.layer_mix})"

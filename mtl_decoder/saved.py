@@ -16,7 +16,7 @@ A folder of a newer format is refused: its keys may mean something else than thi
 'cgc' did), so loading it could compute another function without a word. The metadata also holds the SHA-256
 of the folder's tokenizer.json, so a tokenizer copied in from another run is named as the culprit.
 
-``manifest.json`` lists every other file of the folder (the model card aside) with its size and SHA-256; a load
+``manifest.json`` lists every other file of the folder (the model card and trunk.json aside) with its size and SHA-256; a load
 checks it last, after the checks that say more about a file, so an edit that keeps every shape (reversed labels, a
 changed ``rope_theta``) is an error naming the file rather than other answers. A folder without it loads as before.
 """
@@ -24,7 +24,6 @@ changed ``rope_theta``) is an error naming the file rather than other answers. A
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +50,7 @@ from mtl_decoder.files import (
 )
 from mtl_decoder.hashing import file_manifest, sha256_file
 from mtl_decoder.model import MultiTaskModel, build_model
+from mtl_decoder.model.trunks import TRUNK_DIR, TRUNK_FILE, trunk_for
 from mtl_decoder.model_card import MODEL_CARD_FILE, model_card
 from mtl_decoder.runtime import default_device
 
@@ -58,14 +58,14 @@ CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.safetensors"
 LABELS_FILE = "labels.json"
 INFO_FILE = "info.json"
-TRUNK_FILE = "trunk.json"
-TRUNK_DIR = "trunk"
 TRUNK_CONFIG = "config.json"
 MANIFEST_FILE = "manifest.json"
 """Every file of the folder as saved (its relative path -> size and SHA-256), checked at load; a folder without it
 is older and loads as it did (its tokenizer checked by the hash in the weights' metadata)."""
-UNLISTED = (MANIFEST_FILE, MODEL_CARD_FILE)
-"""Files the manifest does not cover: itself, and the model card, which is written for people to read and edit."""
+UNLISTED = (MANIFEST_FILE, MODEL_CARD_FILE, TRUNK_FILE)
+"""Files the manifest does not cover: itself; the model card, written for people to read and edit; trunk.json, the
+pretrained trunk's identity, whose weights hash is checked against the trunk loaded and whose ``source`` a user
+edits when the checkpoint moves."""
 REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, LABELS_FILE)
 FORMAT = 2
 """The saved-model format, in model.safetensors' metadata under ``FORMAT_KEY`` (the file every folder has, beside the
@@ -89,9 +89,7 @@ class SavedModel:
         (predict, evaluate, a distillation teacher): its folder under ``cache_dir`` (default the model's
         model.trunk.cache_dir, else $MTL_DECODER_CACHE/states, else ~/.cache/mtl-decoder/states) read, written only
         with ``write``, a bounded number of states in memory. A model without a frozen trunk is left as it is."""
-        states = getattr(self.model, "states", None)
-        if states is not None and hasattr(states, "for_inference"):
-            states.for_inference(cache_dir, write=write)
+        self.model.trunk_kind.use_inference_cache(cache_dir, write=write)
 
 
 def save_model(
@@ -109,14 +107,12 @@ def save_model(
     try:
         atomic_write_text(tmp / CONFIG_FILE, config.to_yaml())
         encoder.save(tmp)
-        state = {k: v.detach().contiguous().cpu() for k, v in _state_to_save(model).items()}
+        trunk = model.trunk_kind
+        state = {k: v.detach().contiguous().cpu() for k, v in trunk.state_to_save().items()}
         metadata = {"format": "pt", FORMAT_KEY: str(FORMAT), TOKENIZER_HASH_KEY: sha256_file(tmp / TOKENIZER_FILE)}
         atomic_write_safetensors(tmp / WEIGHTS_FILE, state, metadata=metadata)
-        identity = getattr(model, "identity", None)
-        if identity is not None:  # a pretrained trunk: where it came from and the hash of its weights
-            atomic_write_json(tmp / TRUNK_FILE, identity.to_dict())
-            trunk = config.model.trunk
-            save_trunk_checkpoint(model, tmp / TRUNK_DIR, weights=trunk.save == "full" and trunk.mode != "upcycle")
+        identity = trunk.identity()
+        trunk.save_files(tmp)  # a pretrained trunk: trunk.json (its identity) and trunk/
         atomic_write_json(tmp / LABELS_FILE, label_sets)
         if extra:
             atomic_write_json(tmp / INFO_FILE, extra)
@@ -152,11 +148,11 @@ def load_model(directory: str | Path, device: torch.device | str | None = None) 
     config = read_config(directory / CONFIG_FILE, _saved_format(directory / WEIGHTS_FILE, metadata))
     label_sets = read_labels(directory / LABELS_FILE, config)
     encoder = TextEncoder.load(
-        directory, config.data.max_length, config.model.trunk.enabled, config.model.word_token_position
+        directory, config.data.max_length, trunk_for(config.model).pretrained, config.model.word_token_position
     )
     _check_tokenizer(directory, metadata)  # readable (above), but is it this model's?
     manifest = _read_manifest(directory)
-    identity = _read_identity(directory / TRUNK_FILE) if config.model.trunk.enabled else None
+    identity = _read_identity(directory / TRUNK_FILE) if trunk_for(config.model).pretrained else None
     saved_trunk = directory / TRUNK_DIR if identity is not None else None
     if saved_trunk is not None and not (saved_trunk / TRUNK_CONFIG).is_file():
         raise UserError(
@@ -231,6 +227,8 @@ def _changed(directory: Path, manifest: dict[str, dict[str, Any]] | None) -> lis
     """The manifest's files whose size or SHA-256 is no longer the saved one (none without a manifest)."""
     changed = []
     for name, saved in (manifest or {}).items():
+        if name in UNLISTED:
+            continue
         path = directory / name
         if path.stat().st_size != saved["bytes"] or sha256_file(path) != saved["sha256"]:
             changed.append(name)
@@ -297,7 +295,7 @@ def _load_weights(
         state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
         raise UserError(f"{path}: not a readable safetensors file ({err}); re-save or re-train the model") from None
-    expected = _state_to_save(model)
+    expected = model.trunk_kind.state_to_save()
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     wrong = [k for k in expected if k in state and state[k].shape != expected[k].shape]
@@ -325,7 +323,7 @@ def _load_weights(
             f"({'; '.join(details)}): the folder's files must come from one saved model; copy the whole folder again "
             "or re-save the model"
         )
-    model.load_state_dict(state, strict=not getattr(model, "saves_trainable_only", False))
+    model.load_state_dict(state, strict=model.trunk_kind.loads_strictly)
 
 
 def _only_rows_differ(saved: torch.Tensor, wanted: torch.Tensor, vocab_size: int | None) -> bool:
@@ -339,11 +337,6 @@ def _only_rows_differ(saved: torch.Tensor, wanted: torch.Tensor, vocab_size: int
     )
 
 
-def _state_to_save(model: MultiTaskModel) -> dict[str, torch.Tensor]:
-    """What a model folder stores: a model with a frozen pretrained trunk says (``state_to_save``)."""
-    return model.state_to_save() if hasattr(model, "state_to_save") else model.state_dict()
-
-
 def _read_identity(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"{path.parent}: not a complete model folder (missing {TRUNK_FILE}, the trunk's identity)")
@@ -351,29 +344,3 @@ def _read_identity(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not valid JSON ({err})") from None
-
-
-def save_trunk_checkpoint(model: MultiTaskModel, directory: Path, weights: bool) -> None:
-    """trunk/: the pretrained trunk's config.json, and with ``weights`` its unchanged pretrained weights (the
-    frozen weights of modes frozen and lora, for model.trunk.save=full: the folder then loads on its own)."""
-    base = model.states.base if hasattr(model, "states") else model.trunk
-    directory.mkdir(parents=True, exist_ok=True)
-    getattr(model, "trunk_config", base.config).save_pretrained(str(directory))  # hybrid: the whole trunk's
-    if weights:
-        state = {k: v.detach().contiguous().cpu() for k, v in _base_weights(base).items()}
-        atomic_write_safetensors(directory / WEIGHTS_FILE, state, metadata={"format": "pt"})
-
-
-def _base_weights(base: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The frozen pretrained weights of a trunk under its original parameter names: in mode lora every expert
-    of a block wraps the same frozen MLP, so the first shared expert's ``base_layer``s are that MLP's weights."""
-    out = {}
-    for name, tensor in base.state_dict().items():
-        if ".lora_" in name:
-            continue
-        name = re.sub(r"\.mlp\.block\.shared\.experts\.0\.", ".mlp.", name)
-        name = re.sub(r"\.mlp\.expert\.", ".mlp.", name)
-        if ".mlp.block." in name:  # the other experts (the same frozen weights again) and the gates
-            continue
-        out[name.replace(".base_layer.", ".")] = tensor
-    return out

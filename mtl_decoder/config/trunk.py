@@ -11,6 +11,8 @@ from mtl_decoder.errors import ConfigError
 TRUNK_MODES = ("upcycle", "lora", "frozen", "hybrid")
 TRUNK_DTYPES = ("float32", "bfloat16", "float16")
 LAYER_MIXES = ("scalar_mix", "concat")
+_REGISTERED_MODES: list[str] = []
+"""Modes of the ways of reading a trunk registered beside the built-in ones (model.trunks.register_trunk)."""
 CACHED_MODES = ("frozen", "hybrid")
 """Modes whose trunk states (all of it, or its lower blocks) are computed once per token sequence and cached."""
 
@@ -68,7 +70,7 @@ class TrunkConfig:
     compute; for large trunks."""
 
     def __post_init__(self) -> None:
-        check_choice("mode", self.mode, TRUNK_MODES)
+        check_choice("mode", self.mode, (*TRUNK_MODES, *_REGISTERED_MODES))
         check_choice("dtype", self.dtype, TRUNK_DTYPES)
         check_choice("save", self.save, ("reference", "full"))
         if self.layers is not None:
@@ -124,6 +126,12 @@ class TrunkConfig:
     @property
     def enabled(self) -> bool:
         return self.pretrained is not None
+
+
+def allow_trunk_mode(name: str) -> None:
+    """Accept ``name`` as a model.trunk.mode: a way of reading a trunk registered by model.trunks.register_trunk."""
+    if name not in TRUNK_MODES and name not in _REGISTERED_MODES:
+        _REGISTERED_MODES.append(name)
 
 
 def check_trunk_model(model: Any) -> None:

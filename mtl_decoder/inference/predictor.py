@@ -169,21 +169,21 @@ class Predictor:
     @property
     def state_cache(self):
         """The frozen trunk's StateCache (its hits, repeats and misses), or None."""
-        states = getattr(self.model, "states", None)
-        return getattr(states, "cache", None)
+        states = self.model.trunk_kind.cached_states()
+        return states.cache if states is not None else None
 
     @property
     def default_workers(self) -> int:
         """1 for a pretrained trunk (all torch's threads on its matrix products); else 2 where torch has 2 or more
         threads or a GPU is used, else 1."""
-        if getattr(self.model, "identity", None) is not None:
+        if self.model.trunk_kind.pretrained:
             return 1
         return 2 if self.device.type != "cpu" or torch.get_num_threads() >= 2 else 1
 
     @property
     def default_max_tokens(self) -> int:
         """MAX_TOKENS of this model's kind (a pretrained trunk's batch is arithmetic; a native one's more Python)."""
-        return MAX_TOKENS["pretrained" if getattr(self.model, "identity", None) is not None else "native"]
+        return MAX_TOKENS["pretrained" if self.model.trunk_kind.pretrained else "native"]
 
     def predict(
         self,

@@ -43,11 +43,12 @@ def quantize_int8(model: nn.Module) -> list[str]:
     """Quantise ``model`` in place (see the module doc); the names of the modules quantised (none the second time)."""
     if is_int8(model):
         return []
-    if hasattr(model, "trunk"):
+    trunk = model.trunk_kind
+    if not trunk.supports("int8"):
         raise UserError("precision int8: supported for native models and frozen trunks, not modes upcycle and lora")
     done: list[str] = []
-    states = getattr(model, "states", None)
-    if states is not None and hasattr(states, "set_compute"):  # mode frozen: the trunk, held outside the tree
+    states = trunk.cached_states()
+    if states is not None:  # the frozen trunk (or its cached lower blocks), held outside the tree
         names = {n for n, m in states.base.named_modules() if isinstance(m, nn.Linear) and _leaf(n) in TRUNK_INT8}
         _quantize(states.base, names)
         states.set_compute("int8")

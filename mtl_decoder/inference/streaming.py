@@ -43,7 +43,6 @@ from mtl_decoder.config import TAGGING, parse_task_names
 from mtl_decoder.data.batching import EncodedExample, collator_for
 from mtl_decoder.errors import UserError
 from mtl_decoder.inference.segmenter import Segmenter, Word
-from mtl_decoder.model import MTLDecoder
 from mtl_decoder.saved import SavedModel, load_model
 
 
@@ -89,7 +88,7 @@ class StreamTagger:
         context: int | None = None,
     ):
         model = saved.model
-        if not isinstance(model, MTLDecoder) or model.cfg.trunk.enabled:
+        if not model.trunk_kind.streams:
             raise UserError(
                 f"{saved.directory}: streaming supports the native trunk only; this model has a pretrained trunk "
                 f"(model.trunk.pretrained={model.cfg.trunk.pretrained})"

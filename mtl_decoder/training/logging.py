@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from mtl_decoder.config import METRICS, ExperimentConfig
 from mtl_decoder.files import atomic_write_text
 from mtl_decoder.model.experts import shared_logit_bias
+from mtl_decoder.model.trunks import trunk_for
 from mtl_decoder.training.state import TrainResult
 
 
@@ -27,20 +28,8 @@ def start_banner(
     steps_per_epoch: int,
 ) -> list[str]:
     """What a run is about to do: model, device and precision, steps, data per source, tasks, gates, balancing."""
-    m, trunk = cfg.model, cfg.model.trunk
-    if not trunk.enabled:
-        shape = f"{m.n_layers} layers x d_model {m.d_model}"
-    elif trunk.mode == "frozen":
-        shape = (
-            f"frozen {trunk.pretrained} ({trunk.layers or 'all'} blocks) + {m.n_layers} layers x d_model {m.d_model}"
-        )
-    elif trunk.mode == "hybrid":
-        shape = (
-            f"hybrid {trunk.pretrained} ({trunk.layers or 'all'} blocks, the top {trunk.train_top} trained: "
-            f"{trunk.top_mode}) + {m.n_layers} layers x d_model {m.d_model}"
-        )
-    else:
-        shape = f"{trunk.mode} {trunk.pretrained} ({trunk.layers or 'all'} blocks)"
+    m = cfg.model
+    shape = trunk_for(m).describe()
     lines = [
         f"mtl-decoder: {parameters:,} parameters, ffn={m.ffn}, attention={m.attention}, {shape}",
         f"device: {accelerator.device.type} x {accelerator.num_processes} process(es), precision: "

@@ -17,6 +17,8 @@ from mtl_decoder.data.tasks import Source, check_labels, infer_labels, load_spli
 from mtl_decoder.data.tokenization import TextEncoder, load_pretrained_tokenizer, train_tokenizer
 from mtl_decoder.model.crf import CRF
 from mtl_decoder.model.experts import Gate
+from mtl_decoder.model.heads import MultiTaskModel
+from mtl_decoder.model.trunks import trunk_for
 from mtl_decoder.training.logging import RunLogger
 
 
@@ -53,7 +55,7 @@ def make_tokenizer(cfg: ExperimentConfig, train: list[Source], stored: Path | No
     train texts."""
     if stored is not None:
         return load_pretrained_tokenizer(str(stored))
-    if cfg.model.trunk.enabled:  # a pretrained trunk reads the ids of its own tokenizer
+    if trunk_for(cfg.model).pretrained:  # a pretrained trunk reads the ids of its own tokenizer
         from mtl_decoder.model.pretrained.hub import load_tokenizer
 
         return load_tokenizer(cfg.model.trunk)
@@ -94,17 +96,16 @@ NO_DECAY_MODULES = (nn.LayerNorm, nn.RMSNorm, Gate, CRF)
 """Modules none of whose parameters decay: norms, gates (their bias holds the shared-expert prior), CRF scores."""
 
 
-def parameter_groups(model: nn.Module, extra: nn.Module | None, weight_decay: float) -> list[dict]:
+def parameter_groups(model: MultiTaskModel, extra: nn.Module | None, weight_decay: float) -> list[dict]:
     """Weight decay on weight matrices only, chosen by the module that owns a parameter and its shape, never by
     its name: no decay inside NO_DECAY_MODULES, on biases and other vectors, nor on ``extra`` (the balancer)."""
     exempt = {id(p) for m in model.modules() if isinstance(m, NO_DECAY_MODULES) for p in m.parameters()}
     if extra is not None:
         exempt |= {id(p) for p in extra.parameters()}
     decay, no_decay = [], []
-    for module in [model] + ([extra] if extra is not None else []):
-        for p in module.parameters():
-            if p.requires_grad:
-                (no_decay if id(p) in exempt or p.dim() < 2 else decay).append(p)
+    trained = model.trunk_kind.trained_parameters()  # what the trunk trains, in the model's parameter order
+    for p in trained + ([p for p in extra.parameters() if p.requires_grad] if extra is not None else []):
+        (no_decay if id(p) in exempt or p.dim() < 2 else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
@@ -151,8 +152,8 @@ def precompute_trunk_states(
     Several processes split the work: each computes the missing ones among every n-th of the sequences (sorted by
     length, so the shares cost about the same) on its own device into the shared cache folder, then waits for the
     others and reads their shards, so n devices take about 1/n of the time."""
-    states = getattr(model, "states", None)
-    if states is None or not hasattr(states, "precompute"):
+    states = model.trunk_kind.cached_states()
+    if states is None:
         return "", 0.0
     sequences = [ex.ids for ex in data.dataset.examples]
     for source in data.validation_sources:

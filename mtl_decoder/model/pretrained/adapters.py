@@ -144,14 +144,11 @@ def _no_gates(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
         state.gates.append({})
 
 
-def install_expert_blocks(
-    base: nn.Module, cfg: ModelConfig, tasks: list[str], mode: str | None = None
-) -> list[ExpertBlock | None]:
+def install_expert_blocks(base: nn.Module, cfg: ModelConfig, tasks: list[str], mode: str) -> list[ExpertBlock | None]:
     """Replace the MLP of every block of ``base`` that the variant gives experts (all, or for single-level cgc/mmoe
-    the top one) by its expert block, in place; returns each block's expert block (None: none). ``mode``: 'upcycle'
-    or 'lora' (default: model.trunk.mode; mode hybrid passes its top_mode)."""
+    the top one) by its expert block, in place; returns each block's expert block (None: none). ``mode``: the
+    experts, 'upcycle' (trained copies of the MLP) or 'lora' (the frozen MLP plus a low-rank update)."""
     trunk, variant = cfg.trunk, cfg.variant
-    mode = mode or trunk.mode
     layers = decoder_layers(base)
     blocks: list[ExpertBlock | None] = []
     for i, layer in enumerate(layers):

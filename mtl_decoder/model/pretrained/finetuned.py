@@ -25,20 +25,21 @@ from mtl_decoder.model.pretrained.hub import BaseIdentity, decoder_layers
 
 
 class PretrainedDecoder(MultiTaskModel):
-    saves_trainable_only: bool
-    """In mode lora only the low-rank updates, gates and heads are saved (the base is referenced by identity)."""
+    """A transformers base model as the trunk, PLE in every block: trained copies of each MLP (``lora`` False:
+    mode upcycle) or the frozen MLP plus low-rank updates (``lora``)."""
 
-    def __init__(self, cfg: ModelConfig, tasks: list[TaskHeadSpec], base: nn.Module, identity: BaseIdentity):
+    def __init__(
+        self, cfg: ModelConfig, tasks: list[TaskHeadSpec], base: nn.Module, identity: BaseIdentity, lora: bool
+    ):
         super().__init__(cfg, tasks, identity.hidden_size)
         self.identity = identity
         self.trunk = base
-        self._blocks = install_expert_blocks(base, cfg, self.task_names)
+        self._blocks = install_expert_blocks(base, cfg, self.task_names, mode="lora" if lora else "upcycle")
         self.final_norm = nn.Identity()  # the trunk's own final norm already ran
         for head in self.heads.values():
             nn.init.normal_(head.weight, std=0.02)
             nn.init.zeros_(head.bias)
-        self.saves_trainable_only = cfg.trunk.mode == "lora"
-        if cfg.trunk.mode == "lora":
+        if lora:
             freeze_all_but_updates(base, cfg.trunk)
         if cfg.trunk.gradient_checkpointing:
             enable_gradient_checkpointing(base)
@@ -59,12 +60,6 @@ class PretrainedDecoder(MultiTaskModel):
             )
         gates = state.gates or [{} for _ in self._blocks]  # hard sharing with upcycle: the blocks' own MLPs
         return out.last_hidden_state.float(), gates  # (N, T, C)
-
-    def state_to_save(self) -> dict[str, torch.Tensor]:
-        """What best/ stores: everything (upcycle), or only what trains (lora: updates, gates, heads)."""
-        if not self.saves_trainable_only:
-            return self.state_dict()
-        return {name: p for name, p in self.named_parameters() if p.requires_grad}
 
 
 def freeze_all_but_updates(trunk: nn.Module, trunk_cfg: TrunkConfig) -> None:

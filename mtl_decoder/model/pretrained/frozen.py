@@ -17,6 +17,7 @@ Inference (``evaluate``, ``predict``; ``FrozenStates.for_inference``) reads the 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -217,6 +218,8 @@ class FrozenStates(nn.Module):
         base.requires_grad_(False)
         self.__dict__["base"] = base
         self.identity, self.cache = identity, cache
+        self.blocks = [identity.layers]
+        """The blocks whose states are read (1-based): the last kept one here."""
         floating = next((p.dtype for p in base.parameters() if p.is_floating_point()), torch.float32)
         self.dtype = next((name for name, d in DTYPES.items() if d == floating), str(floating))
         self.compute_tag = "fp32"
@@ -264,17 +267,31 @@ class FrozenStates(nn.Module):
 
     # ---------------------------------------------------------------------------------------------- states
 
+    @staticmethod
+    def exactly(device: torch.device) -> contextlib.AbstractContextManager:
+        """Autocast switched off: the one context every frozen computation of the trunk (its pass, the cache's
+        reads and writes) runs in, so that it computes in its own dtype whatever precision the layers above use
+        and its cached states never depend on the caller's precision."""
+        return torch.autocast(device.type, enabled=False)
+
     @torch.no_grad()
     def compute(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """The trunk's last hidden states (causal, as pretrained), float32, padding rows left as computed. Autocast
-        is switched off around the trunk: it computes in its own dtype whatever precision the layers above use,
-        so that its cached states never depend on the caller's precision."""
+        """The trunk's states (``run``), float32, padding rows left as computed, with autocast off (``exactly``)."""
         self.base.eval()
-        with torch.autocast(input_ids.device.type, enabled=False):
-            out = self.base(input_ids=input_ids, attention_mask=attention_mask.long(), use_cache=False)
+        with self.exactly(input_ids.device):
+            return self.run(input_ids, attention_mask)
+
+    def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """One pass of the trunk: its last hidden states (causal, as pretrained), float32."""
+        out = self.base(input_ids=input_ids, attention_mask=attention_mask.long(), use_cache=False)
         return out.last_hidden_state.float()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, T, width) float32 states, from the cache or computed, with autocast off."""
+        with self.exactly(input_ids.device):
+            return self._states(input_ids, attention_mask)
+
+    def _states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         B, T = input_ids.shape
         lengths = attention_mask.sum(1).tolist()
         keys = [StateCache.key(row[:n]) for row, n in zip(input_ids.tolist(), lengths, strict=True)]
@@ -336,14 +353,10 @@ class FrozenDecoder(MTLDecoder):
     """Native PLE decoder layers (``cfg.n_layers``, width ``cfg.d_model``) over a frozen pretrained trunk's states:
     the token embedding is replaced by a norm and a projection of those states."""
 
-    saves_trainable_only = False
-
-    def __init__(
-        self, cfg: ModelConfig, tasks: list[TaskHeadSpec], base: nn.Module, identity: BaseIdentity, cache: StateCache
-    ):
+    def __init__(self, cfg: ModelConfig, tasks: list[TaskHeadSpec], identity: BaseIdentity, states: FrozenStates):
         super().__init__(cfg, tasks, vocab_size=1)
         self.identity = identity
-        self.states = FrozenStates(base, identity, cache)
+        self.states = states
         self.embed = nn.Sequential(
             make_norm(cfg.norm, identity.hidden_size), nn.Linear(identity.hidden_size, cfg.d_model)
         )
@@ -352,9 +365,6 @@ class FrozenDecoder(MTLDecoder):
 
     def embed_tokens(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.embed(self.states(input_ids, attention_mask))  # (B, T, C)
-
-    def state_to_save(self) -> dict[str, torch.Tensor]:
-        return self.state_dict()
 
 
 def cache_for(identity: BaseIdentity, dtype: str, cache_dir: str | None, config: Any = None) -> StateCache:

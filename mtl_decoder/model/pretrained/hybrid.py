@@ -79,7 +79,6 @@ class HybridDecoder(MTLDecoder):
         self.states = LayerStates(base, identity, layered_cache(base, identity, [start], trunk.dtype, trunk.cache_dir),
                                   [start])  # fmt: skip
         self._blocks = install_expert_blocks(self.top, cfg, self.task_names, mode=trunk.top_mode)
-        self.saves_trainable_only = trunk.top_mode == "lora"
         if trunk.top_mode == "lora":
             freeze_all_but_updates(self.top, trunk)
         if trunk.gradient_checkpointing:
@@ -117,10 +116,3 @@ class HybridDecoder(MTLDecoder):
             )
         gates = state.gates or [{} for _ in self._blocks]  # hard sharing with upcycle: the blocks' own MLPs
         return self.embed(out.last_hidden_state.float()), gates  # (N, T, C)
-
-    def state_to_save(self) -> dict[str, torch.Tensor]:
-        """Everything trained (top_mode upcycle: every weight of the top blocks), or with top_mode lora only what
-        trains (updates, gates, native layers, heads); the cached lower blocks are referenced by identity."""
-        if not self.saves_trainable_only:
-            return self.state_dict()
-        return {name: p for name, p in self.named_parameters() if p.requires_grad}

@@ -17,6 +17,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -221,9 +222,8 @@ class LayerStates(FrozenStates):
         digests = self.cache.digests
         return block_caches(root, self.identity, self.blocks, self.dtype, digests, self.compute_tag, **options)
 
-    @torch.no_grad()
-    def compute(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        self.base.eval()
+    def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """One pass of the trunk: the residual stream after each read block, side by side, float32."""
         with capturing() as found:
             self.base(input_ids=input_ids, attention_mask=attention_mask.long(), use_cache=False)
         return torch.cat([found[i].float() for i in self.blocks], dim=-1)  # (B, T, L*H)
@@ -237,10 +237,10 @@ def _capture(block: int, output) -> None:
 
 def cache_footprint(states: FrozenStates, tokens: int) -> str:
     """What the state cache of a run costs: bytes per token and block, memory for ``tokens`` tokens, disk."""
-    read = getattr(states, "blocks", [states.identity.layers])
+    read = states.blocks
     per = states.identity.hidden_size * STORE_DTYPE.itemsize
     cache = states.cache
-    disk = cache.disk_bytes() if hasattr(cache, "disk_bytes") else _folder_bytes(cache.directory)
+    disk = cache.disk_bytes() if isinstance(cache, LayeredCache) else _folder_bytes(cache.directory)
     return (
         f"block(s) {', '.join(map(str, read))} cached, {per:,} bytes per token per block "
         f"({str(STORE_DTYPE).removeprefix('torch.')}): {tokens * len(read) * per / 2**20:,.1f} MiB in memory for "
@@ -269,24 +269,41 @@ def final_norm_of(base: nn.Module) -> nn.Module:
 class LayerMix(nn.Module):
     """(B, T, L*H) states of L blocks -> each block normed by its own trainable copy of the trunk's final norm
     (residual streams grow with depth, and the copy starts where the trunk's own reading of its last block is),
-    then per route: ``scale_r * sum_l softmax(w_r)_l * norm_l(h_l)`` (scalar mix, ELMo), or the normed blocks
-    side by side (concat, one for all routes)."""
+    then combined by the subclass (``model.trunk.layer_mix``, resolved once through ``LAYER_MIXES``)."""
 
-    def __init__(self, norm: nn.Module, blocks: int, hidden: int, routes: list[str], kind: str):
+    per_route: ClassVar[bool] = False
+    """Whether each route can read its own combination (otherwise one feeds the shared bottom)."""
+
+    def __init__(self, norm: nn.Module, blocks: int, hidden: int, routes: list[str]):
         super().__init__()
-        self.hidden, self.kind = hidden, kind
+        self.hidden = hidden
         self.norms = nn.ModuleList(_trainable_copy(norm) for _ in range(blocks))
-        self.routes = {name: i for i, name in enumerate(routes)} if kind == "scalar_mix" else {}
-        if kind == "scalar_mix":
-            self.weights = nn.Parameter(torch.zeros(len(routes), blocks))  # softmax: the blocks weigh the same
-            self.scale = nn.Parameter(torch.ones(len(routes)))
+        self.routes: dict[str, int] = {}
+
+    @property
+    def width(self) -> int:
+        """The width of one token's combined states."""
+        return self.hidden
 
     def normed(self, states: torch.Tensor) -> list[torch.Tensor]:
         """(B, T, L*H) -> L x (B, T, H), each block through its own norm."""
         return [norm(h) for norm, h in zip(self.norms, states.split(self.hidden, dim=-1), strict=True)]
 
-    def concat(self, states: torch.Tensor) -> torch.Tensor:
-        return torch.cat(self.normed(states), dim=-1)  # (B, T, L*H)
+    def shared(self, states: torch.Tensor) -> torch.Tensor:
+        """(B, T, L*H) -> (B, T, width): the one combination every route reads."""
+        raise NotImplementedError
+
+
+class ScalarMix(LayerMix):
+    """ELMo's scalar mix, one per route: ``scale_r * sum_l softmax(w_r)_l * norm_l(h_l)``."""
+
+    per_route = True
+
+    def __init__(self, norm: nn.Module, blocks: int, hidden: int, routes: list[str]):
+        super().__init__(norm, blocks, hidden, routes)
+        self.routes = {name: i for i, name in enumerate(routes)}
+        self.weights = nn.Parameter(torch.zeros(len(routes), blocks))  # softmax: the blocks weigh the same
+        self.scale = nn.Parameter(torch.ones(len(routes)))
 
     def mixed(self, layers: list[torch.Tensor], route: str, examples: torch.Tensor | None = None) -> torch.Tensor:
         """Route ``route``'s mix of the normed blocks of ``examples`` (None: all): (n, T, H)."""
@@ -295,10 +312,28 @@ class LayerMix(nn.Module):
         picked = layers if examples is None else [h[examples] for h in layers]
         return self.scale[r] * sum(w * h for w, h in zip(weights, picked, strict=True))
 
+    def shared(self, states: torch.Tensor) -> torch.Tensor:
+        return self.mixed(self.normed(states), SHARED)
+
     def mix(self, states: torch.Tensor, layout: RouteLayout) -> torch.Tensor:
         """(B, T, L*H) -> (N, T, H): each row of ``layout`` gets its route's mix of its example's blocks."""
         layers = self.normed(states)
         return torch.cat([self.mixed(layers, name, layout.row_example[layout.rows(name)]) for name in layout.names])
+
+
+class ConcatMix(LayerMix):
+    """The normed blocks side by side, one for all routes (projected by the model's input layer)."""
+
+    @property
+    def width(self) -> int:
+        return len(self.norms) * self.hidden
+
+    def shared(self, states: torch.Tensor) -> torch.Tensor:
+        return torch.cat(self.normed(states), dim=-1)  # (B, T, L*H)
+
+
+LAYER_MIXES: dict[str, type[LayerMix]] = {"scalar_mix": ScalarMix, "concat": ConcatMix}
+"""model.trunk.layer_mix -> the module that combines the read blocks."""
 
 
 def _trainable_copy(module: nn.Module) -> nn.Module:
@@ -314,31 +349,21 @@ class LayerMixDecoder(FrozenDecoder):
     projection to the native layers' width. With a scalar mix and a variant whose first layer already holds
     the routes (ple, cgc_stacked), each route reads its own mix; otherwise one mix feeds the shared bottom."""
 
-    def __init__(
-        self,
-        cfg: ModelConfig,
-        tasks: list[TaskHeadSpec],
-        base: nn.Module,
-        identity: BaseIdentity,
-        cache: LayeredCache,
-        blocks: list[int],
-    ):
-        super().__init__(cfg, tasks, base, identity, cache)  # type: ignore[arg-type]  # what FrozenStates asks of it
-        self.states = LayerStates(base, identity, cache, blocks)
-        H, kind = identity.hidden_size, cfg.trunk.layer_mix
-        self.per_route = kind == "scalar_mix" and cfg.variant.gated and self.fork_layer == 0
+    def __init__(self, cfg: ModelConfig, tasks: list[TaskHeadSpec], identity: BaseIdentity, states: LayerStates):
+        super().__init__(cfg, tasks, identity, states)
+        base, blocks, H = states.base, states.blocks, identity.hidden_size
+        kind = LAYER_MIXES[cfg.trunk.layer_mix]
+        self.per_route = kind.per_route and cfg.variant.gated and self.fork_layer == 0
         routes = [*self.task_names, SHARED] if self.per_route else [SHARED]
-        self.mix = LayerMix(final_norm_of(base), len(blocks), H, routes, kind)
-        if kind == "concat":
-            self.embed = nn.Sequential(make_norm(cfg.norm, len(blocks) * H), nn.Linear(len(blocks) * H, cfg.d_model))
+        self.mix = kind(final_norm_of(base), len(blocks), H, routes)
+        width = self.mix.width
+        if width != H:  # the norm and projection of the combined width
+            self.embed = nn.Sequential(make_norm(cfg.norm, width), nn.Linear(width, cfg.d_model))
             nn.init.normal_(self.embed[1].weight, std=0.02)
             nn.init.zeros_(self.embed[1].bias)
 
     def embed_tokens(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        states = self.states(input_ids, attention_mask)  # (B, T, L*H)
-        if self.mix.kind == "concat":
-            return self.embed(self.mix.concat(states))
-        return self.embed(self.mix.mixed(self.mix.normed(states), SHARED))  # (B, T, C)
+        return self.embed(self.mix.shared(self.states(input_ids, attention_mask)))  # (B, T, C)
 
     def embed_routes(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layout: RouteLayout
