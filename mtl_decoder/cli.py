@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import unicodedata
 from collections.abc import Callable
 
 from mtl_decoder.commands.diagnostics import add_debug_data, add_diagnose, add_overfit
@@ -53,12 +54,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def printable(text: str) -> str:
+    """``text`` with control and format characters (U+202E and the other bidirectional overrides among them)
+    written as escapes, so that a name read from a file shows as it is spelt and cannot reorder or hide the rest
+    of the line; line breaks and tabs stay."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf") else ascii(ch)[1:-1] for ch in text
+    )
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The command line parsed, with ``key=value`` overrides taken wherever they stand among the flags (argparse
+    alone keeps only those before the first flag after the positionals)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        overrides = [a for a in extra if "=" in a and not a.startswith("-")]
+        if getattr(args, "overrides", None) is None or len(overrides) != len(extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *overrides]
+    return args
+
+
 def main(argv: list[str] | None = None, run: Callable | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     try:
         status = (run or args.func)(args)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {printable(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -68,7 +92,7 @@ def main(argv: list[str] | None = None, run: Callable | None = None) -> int:
         return Terminated.exit_code
     except OSError as err:  # the environment (a full disk, a lost mount) where no closer layer named it
         where = f"{err.filename}: " if err.filename is not None else ""
-        print(f"error: {where}{os_reason(err)}", file=sys.stderr)
+        print(f"error: {printable(where + os_reason(err))}", file=sys.stderr)
         return 2
     return int(status or 0)
 

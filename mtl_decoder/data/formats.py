@@ -233,8 +233,9 @@ class FileRecords:
             except StopIteration:
                 return
             except csv.Error as err:
-                if "unexpected end of data" in str(err) and len(consumed) > 1:
-                    # A quote opened on consumed[0] never closed: that line is the bad record; read on after it.
+                if len(consumed) > 1:
+                    # A quote opened on consumed[0] never closed (the data ended, or a later quote is not followed
+                    # by a delimiter): that line is the bad record; the lines after it are read again as rows.
                     first, rest = consumed[0], consumed[1:]
                     pushed.extendleft(reversed(rest))
                     rows = reader()
@@ -273,7 +274,7 @@ class FileRecords:
             return BadRecord(number, error, raw)
         if len(row) != len(header):
             return BadRecord(number, f"expected {len(header)} fields, got {len(row)}", raw)
-        return Record(number, dict(zip(header, row, strict=True)), raw)
+        return Record(number, dict(zip(header, row, strict=True)), raw, text_cells=True)
 
     # ------------------------------------------------------------------------------------------ parquet
 
@@ -293,6 +294,7 @@ class FileRecords:
     # ------------------------------------------------------------------------------------------ conll
 
     def _read_conll(self) -> Iterator[Record | BadRecord]:
+        self._conll_columns: dict[int, dict[str, str]] = {}  # columns per line width, shared by its records
         sentence: list[_Line] = []
         after_docstart = False
         for line in self._lines():
@@ -328,7 +330,13 @@ class FileRecords:
                 data[self.tags_key] = [c[-1] for c in cols]
         elif widths != {1}:
             data["columns"] = [c[1:] for c in cols]
-        return Record(lines[0].number, data, raw)
+        width = max(widths)
+        if width not in self._conll_columns:
+            self._conll_columns[width] = {self.tokens_key: "column 1 (the word)"}
+            if width > 1:
+                self._conll_columns[width][self.tags_key] = f"column {width} (the tag)"
+        word_lines = [line.number for line in lines]
+        return Record(lines[0].number, data, raw, word_lines=word_lines, columns=self._conll_columns[width])
 
 
 class RecordReader:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 
 def is_tag(tag: str) -> bool:
-    """Whether ``tag`` is O, B-X or I-X (X non-empty)."""
-    return tag == "O" or (tag.startswith(("B-", "I-")) and len(tag) > 2)
+    """Whether ``tag`` is O, B-X or I-X (X non-empty, with no white space at either end)."""
+    kind = tag[2:]
+    return tag == "O" or (tag.startswith(("B-", "I-")) and bool(kind) and kind == kind.strip())
 
 
 def first_invalid(tags: list[str]) -> int | None:

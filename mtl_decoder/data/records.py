@@ -13,6 +13,12 @@ class Record:
     data: dict[str, Any]
     raw: str = ""
     """The record's text as read, for line-based formats (what an errors file shows)."""
+    text_cells: bool = False
+    """Its values are cells of text (CSV/TSV), where a list of words may be written as one space-separated cell."""
+    word_lines: list[int] | None = None
+    """CoNLL: the line of each word, so that an error about one word names that word's line."""
+    columns: dict[str, str] | None = None
+    """CoNLL: field -> the column it was read from, as errors name it (a .conll file has no field names)."""
 
 
 @dataclass

@@ -30,6 +30,10 @@ class Example:
     """Task name -> tags (one per word) or class label."""
     line: int = 0
     """Line of the record in its source file."""
+    word_lines: list[int] | None = None
+    """CoNLL: the line of each word."""
+    columns: dict[str, str] | None = None
+    """CoNLL: field -> the column it was read from (``field_name``)."""
 
 
 @dataclass
@@ -99,40 +103,60 @@ def read_source(source: Source, repair_iob: bool = False) -> Iterator[Example]:
 
 
 def parse_example(source: Source, path: str, record: Record, repair_iob: bool) -> Example:
-    data, line = record.data, record.line
-    words, text = _read_input(source.tasks, data, path, line)
+    words, text = _read_input(source.tasks, record, path)
     labels: dict[str, Any] = {}
     for task in source.tasks:
         if task.kind == TAGGING:
-            tags = _read_tags(task, data, words, path, line)
-            bad = iob.first_invalid(tags)
-            if bad is not None and not iob.is_tag(tags[bad]):
-                raise DataError(
-                    path, line, f"tag '{tags[bad]}' at word {bad + 1} is not O, B-X or I-X (IOB2)", task.columns.tags
-                )
-            if bad is not None:
-                if not repair_iob:
-                    raise DataError(
-                        path,
-                        line,
-                        f"invalid IOB2 tag '{tags[bad]}' at word {bad + 1} (no B-/I- of "
-                        "the same type before it; set data.repair_iob=true to repair)",
-                        task.columns.tags,
-                    )
-                tags, changed = iob.repair(tags)
-                source.repaired_tags += changed
-                if iob.first_invalid(tags) is not None:
-                    raise DataError(
-                        path, line, f"tag '{tags[iob.first_invalid(tags)]}' is not O, B-X or I-X", task.columns.tags
-                    )
-            labels[task.name] = tags
+            labels[task.name] = _checked_tags(source, task, record, words, path, repair_iob)
         else:
-            labels[task.name] = _read_label(task, data, path, line)
-            _check_spelling(source, task, data[task.columns.label], labels[task.name], path, line)
-    return Example(words, text, labels, line)
+            labels[task.name] = _read_label(task, record.data, path, record.line)
+            _check_spelling(source, task, record.data[task.columns.label], labels[task.name], path, record.line)
+    return Example(words, text, labels, record.line, record.word_lines, record.columns)
 
 
-def _read_input(tasks: list[TaskConfig], data: dict[str, Any], path: str, line: int) -> tuple[list | None, str | None]:
+def field_name(columns: dict[str, str] | None, key: str) -> str:
+    """How an error names a field: the column it was read from in a .conll file, else its name."""
+    return (columns or {}).get(key, key)
+
+
+def _word_line(record: Record, index: int) -> int:
+    return record.word_lines[index] if record.word_lines else record.line
+
+
+def _checked_tags(
+    source: Source, task: TaskConfig, record: Record, words: list[str], path: str, repair_iob: bool
+) -> list[str]:
+    """A tagging task's tags of one record, valid IOB2 (repaired when ``repair_iob``, the repairs counted)."""
+    tags = _read_tags(task, record, words, path)
+    column = field_name(record.columns, task.columns.tags)
+    bad = iob.first_invalid(tags)
+    if bad is not None and not iob.is_tag(tags[bad]):
+        raise DataError(path, _word_line(record, bad), _not_a_tag(tags[bad], bad), column)
+    if bad is not None:
+        if not repair_iob:
+            raise DataError(
+                path,
+                _word_line(record, bad),
+                f"invalid IOB2 tag '{tags[bad]}' at word {bad + 1} (no B-/I- of "
+                "the same type before it; set data.repair_iob=true to repair)",
+                column,
+            )
+        tags, changed = iob.repair(tags)
+        source.repaired_tags += changed
+    return tags
+
+
+def _not_a_tag(tag: str, index: int) -> str:
+    cleaned = tag.strip()
+    if cleaned.startswith(("B-", "I-")):
+        cleaned = cleaned[:2] + cleaned[2:].strip()
+    if cleaned != tag and iob.is_tag(cleaned):  # "B-PER " would be a type of its own, unlike "B-PER"
+        return f"tag {tag!r} at word {index + 1} has white space around it (write {cleaned!r})"
+    return f"tag '{tag}' at word {index + 1} is not O, B-X or I-X (IOB2)"
+
+
+def _read_input(tasks: list[TaskConfig], record: Record, path: str) -> tuple[list | None, str | None]:
+    data, line = record.data, record.line
     tagging = next((t for t in tasks if t.kind == TAGGING), None)
     task = tagging or tasks[0]
     tokens_col, text_col = task.columns.tokens, task.columns.text
@@ -147,10 +171,11 @@ def _read_input(tasks: list[TaskConfig], data: dict[str, Any], path: str, line: 
         wanted = tokens_col if tagging else f"{text_col}' or '{tokens_col}"
         raise DataError(path, line, f"missing column '{wanted}' (columns: {', '.join(map(str, data))})")
     words = data[tokens_col]
-    if isinstance(words, str):
+    if isinstance(words, str) and record.text_cells:  # a CSV/TSV cell: space-separated words
         words = words.split()
     if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
-        raise DataError(path, line, "expected a list of strings", tokens_col)
+        got = f", got the string {_short(words)}" if isinstance(words, str) else ""
+        raise DataError(path, line, f"expected a list of strings{got}", tokens_col)
     if not words:
         raise DataError(path, line, "empty token list", tokens_col)
     if any(not w or w.isspace() for w in words):
@@ -158,15 +183,22 @@ def _read_input(tasks: list[TaskConfig], data: dict[str, Any], path: str, line: 
     return words, None
 
 
-def _read_tags(task: TaskConfig, data: dict[str, Any], words: list[str], path: str, line: int) -> list[str]:
-    col = task.columns.tags
+def _short(value: str, limit: int = 40) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+def _read_tags(task: TaskConfig, record: Record, words: list[str], path: str) -> list[str]:
+    data, line, col = record.data, record.line, task.columns.tags
     if col not in data:
+        if record.columns is not None:  # a .conll file: a token line holds only the word
+            raise DataError(path, line, "no tag column: each token line needs the word, then its tag")
         raise DataError(path, line, f"missing column '{col}' (columns: {', '.join(map(str, data))})")
     tags = data[col]
-    if isinstance(tags, str):
+    if isinstance(tags, str) and record.text_cells:  # a CSV/TSV cell: space-separated tags
         tags = tags.split()
     if not isinstance(tags, list):
-        raise DataError(path, line, "expected a list of tags", col)
+        got = f", got the string {_short(tags)}" if isinstance(tags, str) else ""
+        raise DataError(path, line, f"expected a list of tags{got}", col)
     if task.labels is not None and tags and all(isinstance(t, int) and not isinstance(t, bool) for t in tags):
         if any(not 0 <= t < len(task.labels) for t in tags):
             raise DataError(path, line, f"tag id out of range for {len(task.labels)} labels", col)
@@ -174,7 +206,7 @@ def _read_tags(task: TaskConfig, data: dict[str, Any], words: list[str], path: s
     if not all(isinstance(t, str) for t in tags):
         raise DataError(path, line, "expected string tags (or ids with a labels list in the task file)", col)
     if len(tags) != len(words):
-        raise DataError(path, line, f"{len(words)} tokens but {len(tags)} tags", col)
+        raise DataError(path, line, f"{len(words)} tokens but {len(tags)} tags", field_name(record.columns, col))
     return tags
 
 
@@ -255,15 +287,16 @@ def check_labels(source: Source, label_sets: dict[str, list[str]], split: str) -
         for ex in source.examples:
             value = ex.labels[task.name]
             values = value if isinstance(value, list) else [value]
-            for v in values:
+            for i, v in enumerate(values):
                 if v not in allowed:
                     column = task.columns.tags if task.kind == TAGGING else task.columns.label
                     where = "the train label set" if split != "train" else "the task's labels list"
+                    tagged = isinstance(value, list) and ex.word_lines
                     raise DataError(
                         _source_name(source),
-                        ex.line,
+                        ex.word_lines[i] if tagged else ex.line,
                         f"label '{v}' is not in {where} ({', '.join(sorted(allowed))})",
-                        column,
+                        field_name(ex.columns, column),
                     )
 
 

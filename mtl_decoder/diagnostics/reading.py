@@ -16,7 +16,15 @@ from pathlib import Path
 from mtl_decoder.config import SPLITS, TAGGING, TaskConfig
 from mtl_decoder.data.formats import BadRecord, FileRecords, Record
 from mtl_decoder.data.safejson import json_list_cell
-from mtl_decoder.data.tasks import Example, Source, iter_records, parse_example, source_key, split_sources
+from mtl_decoder.data.tasks import (
+    Example,
+    Source,
+    field_name,
+    iter_records,
+    parse_example,
+    source_key,
+    split_sources,
+)
 from mtl_decoder.errors import DataError, UserError
 
 MAX_CASES = 5
@@ -113,14 +121,14 @@ def _parse(read: SourceRead, path: str, record: Record) -> Example | None:
         try:
             example = parse_example(read.source, path, record, repair_iob=True)
         except DataError as err:
-            _bad(read, Problem(record.line, _reason(err)))
+            _bad(read, Problem(err.line or record.line, _reason(err)))
             return None
-        task = next((t.name for t in read.source.tasks if t.kind == TAGGING and t.columns.tags == strict.field), None)
-        task = task or read.names[0]
+        fields = {field_name(record.columns, t.columns.tags): t.name for t in read.source.tasks if t.kind == TAGGING}
+        task = fields.get(strict.field or "", read.names[0])
         read.invalid_iob[task] = read.invalid_iob.get(task, 0) + 1
         cases = read.iob_cases.setdefault(task, [])
         if len(cases) < MAX_CASES:
-            cases.append(Problem(record.line, _reason(strict)))
+            cases.append(Problem(strict.line or record.line, _reason(strict)))
         return example
 
 

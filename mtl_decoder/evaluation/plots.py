@@ -51,6 +51,17 @@ def write_plots(metrics: dict[str, Any], plots_dir: Path) -> list[Path]:
 def _heatmap(plt, layer: str, gates: dict[str, dict[str, Any]], plots_dir: Path) -> Path:
     """Rows: gates; columns: every expert of the layer (task experts, then shared); blank where a gate does
     not see an expert."""
+    fig = heatmap_figure(plt, layer, gates)
+    path = plots_dir / f"experts_{_safe(layer)}.png"
+    fig.savefig(path, dpi=100, bbox_inches="tight", pad_inches=0.05)
+    plt.close(fig)
+    return path
+
+
+def heatmap_figure(plt, layer: str, gates: dict[str, dict[str, Any]]):
+    """The heat map of one layer as a figure, sized to what it holds: its height has room for the title, the
+    expert names (slanted) and the axis label however few gates the layer has (the last PLE layer has no shared
+    gate), its width for the gate names and the colour bar."""
     import numpy as np
 
     columns: list[str] = []
@@ -63,8 +74,13 @@ def _heatmap(plt, layer: str, gates: dict[str, dict[str, Any]], plots_dir: Path)
     for r, stats in enumerate(gates.values()):
         for e, value in stats["mean"].items():
             grid[r, columns.index(e)] = value
-    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(columns), 1.2 + 0.5 * len(gates)))
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0.0, vmax=max(1e-9, float(np.nanmax(grid))))
+    longest_expert = max(len(c) for c in columns)
+    longest_gate = max(len(g) for g in gates)
+    width = 1.8 + 0.8 * len(columns) + 0.07 * longest_gate
+    height = 1.8 + 0.5 * len(gates) + 0.07 * longest_expert  # title and x label + rows + slanted names
+    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")  # places the colour bar too
+    vmax = max(1e-9, float(np.nanmax(grid)))
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
     ax.set_xticks(range(len(columns)), columns, rotation=45, ha="right")
     ax.set_yticks(range(len(gates)), list(gates))
     for r in range(grid.shape[0]):
@@ -75,11 +91,7 @@ def _heatmap(plt, layer: str, gates: dict[str, dict[str, Any]], plots_dir: Path)
     ax.set_ylabel("gate")
     ax.set_title(f"{layer}: mean gate weight")
     fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    path = plots_dir / f"experts_{_safe(layer)}.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _shared_share(plt, task: str, experts: dict[str, Any], initial: float | None, plots_dir: Path) -> Path:

@@ -30,6 +30,17 @@ from mtl_decoder.training.run_dir import RunDirectory
 from mtl_decoder.training.setup import RunData
 from mtl_decoder.training.state import TrainState
 
+MAX_EPOCH_VALIDATIONS = 20
+"""With training.eval_every 0, the most validations a run makes: a run of more epochs validates every k-th."""
+
+
+def epoch_ends_in_validation(epochs_done: int, epochs: int) -> bool:
+    """training.eval_every 0: whether the end of epoch ``epochs_done`` (1-based) of ``epochs`` is validated. Every
+    k-th epoch is, k = ceil(epochs / MAX_EPOCH_VALIDATIONS), so tiny epochs (30 examples: two steps) do not make a
+    validation of every few steps; the last epoch always is."""
+    every = max(1, math.ceil(epochs / MAX_EPOCH_VALIDATIONS))
+    return epochs_done % every == 0 or epochs_done >= epochs
+
 
 class NonFiniteLoss(UserError):
     """A task's loss became NaN or infinite: the run stops, the last good checkpoint stays."""
@@ -85,7 +96,8 @@ class TrainingLoop:
             if st.batches_in_epoch >= len(self.loader):  # the epoch ran to its end
                 self.balancer.end_epoch()
                 st.epoch, st.batches_in_epoch = st.epoch + 1, 0
-                if self.cfg.training.eval_every == 0 and not st.validated_at_this_step():
+                due = epoch_ends_in_validation(st.epoch, self.epochs) or st.step >= self.total_steps
+                if self.cfg.training.eval_every == 0 and due and not st.validated_at_this_step():
                     self._validate_and_checkpoint()
 
     def _over_time_budget(self) -> bool:

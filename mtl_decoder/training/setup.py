@@ -13,7 +13,7 @@ from torch import nn
 
 from mtl_decoder.config import ExperimentConfig, TrainingConfig
 from mtl_decoder.data.batching import EncodedExample, MultiTaskDataset, encode_example
-from mtl_decoder.data.tasks import Source, check_labels, infer_labels, load_split
+from mtl_decoder.data.tasks import Source, check_labels, infer_labels, load_split, source_key
 from mtl_decoder.data.tokenization import TextEncoder, load_pretrained_tokenizer, train_tokenizer
 from mtl_decoder.model.crf import CRF
 from mtl_decoder.model.experts import Gate
@@ -36,7 +36,8 @@ class RunData:
 def read_data(
     cfg: ExperimentConfig, stored_labels: dict[str, list[str]] | None = None
 ) -> tuple[list[Source], list[Source], dict[str, list[str]]]:
-    """Train and validation sources, checked, with label sets (a resumed run's own, else inferred from train)."""
+    """Train and validation sources, checked, with label sets (a resumed run's own, else inferred from train);
+    the test split is read only to check its labels."""
     train = load_split(cfg.tasks, "train", repair_iob=cfg.data.repair_iob)
     if stored_labels is not None:
         label_sets = stored_labels
@@ -47,7 +48,17 @@ def read_data(
     validation = load_split(cfg.tasks, "validation", repair_iob=cfg.data.repair_iob)
     for source in validation:
         check_labels(source, label_sets, "validation")
+    check_test_labels(cfg, label_sets)
     return train, validation, label_sets
+
+
+def check_test_labels(cfg: ExperimentConfig, label_sets: dict[str, list[str]]) -> None:
+    """The test split of every task that has one, read and checked as validation is, then let go: a test label
+    unseen in train would stop ``evaluate --split test`` after training, so it stops the run before."""
+    names = [name for name, task in cfg.tasks.items() if source_key(task, "test") is not None]
+    if names:
+        for source in load_split(cfg.tasks, "test", names, repair_iob=cfg.data.repair_iob):
+            check_labels(source, label_sets, "test")
 
 
 def make_tokenizer(cfg: ExperimentConfig, train: list[Source], stored: Path | None = None):

@@ -51,7 +51,7 @@ GOOD_TEXT = {"text": "a fine film", "label": "pos"}
         ("tag", "a.jsonl", [{"tokens": ["EU"], "ner_tags": ["PER"]}], 1, "ner_tags", "is not O, B-X or I-X"),
         ("tag", "a.jsonl", [GOOD_TAGS, {"tokens": [], "ner_tags": []}], 2, "tokens", "empty token list"),
         ("tag", "a.jsonl", [{"tokens": ["a", " "], "ner_tags": ["O", "O"]}], 1, "tokens", "empty or whitespace"),
-        ("tag", "a.jsonl", [{"tokens": "EU rejects", "ner_tags": [1, 2]}], 1, "ner_tags", "expected string tags"),
+        ("tag", "a.jsonl", [{"tokens": ["EU", "rejects"], "ner_tags": [1, 2]}], 1, "ner_tags", "expected string tags"),
         ("cls", "a.jsonl", [GOOD_TEXT, {"text": "   ", "label": "pos"}], 2, "text", "empty text"),
         ("cls", "a.jsonl", [{"text": 5, "label": "pos"}], 1, "text", "expected a string"),
         ("cls", "a.jsonl", [{"text": "x", "label": None}], 1, "label", "expected a class label"),

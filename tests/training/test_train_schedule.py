@@ -51,3 +51,32 @@ def test_a_run_stopped_by_the_time_cap_ends_cooled_down(make_config, tmp_path, m
     assert result.stop_reason == "time_budget" and 5 <= result.steps < 30
     assert lr < 0.01 * cfg.training.lr
     assert lr_lambda(cfg.training, 200)(result.steps) > 0.9  # what the step schedule alone would give
+
+
+@pytest.mark.parametrize("epochs", [1, 8, 16, 20, 21, 40, 100, 333])
+def test_epoch_validations_are_at_most_twenty_and_end_the_run(epochs):
+    """training.eval_every 0 (issue 38 case 18): every epoch while a run has at most 20, else every k-th (k the
+    smallest that keeps them to 20 or fewer, counted by brute force here), and always the last epoch."""
+    validated = [e for e in range(1, epochs + 1) if loop_module.epoch_ends_in_validation(e, epochs)]
+    k = next(k for k in itertools.count(1) if len({*range(k, epochs + 1, k), epochs}) <= 20)
+    assert validated[-1] == epochs and len(validated) <= 20
+    assert validated[:-1] == [e for e in range(k, epochs, k)]
+    if epochs <= 20:
+        assert validated == list(range(1, epochs + 1))
+
+
+def test_tiny_epochs_do_not_validate_every_few_steps(make_config, tmp_path, monkeypatch):
+    """Tiny epochs (batches of 64 over the 60-example fixtures) and eval_every 0: a run of 40 epochs validates at
+    every second epoch's end, not at each."""
+    steps: list[int] = []
+    cfg = make_config(tmp_path / "run", ["training.epochs=40", "data.batch_size=64", "training.eval_every=0"])
+    trainer = Trainer(cfg)
+    monkeypatch.setattr(trainer, "_validate_and_checkpoint", lambda: steps.append(trainer.state.step))
+    try:
+        trainer.setup()
+        trainer.train()
+    finally:
+        trainer.cleanup()
+    per_epoch = trainer.steps_per_epoch
+    assert trainer.epochs == 40 and trainer.state.step == 40 * per_epoch
+    assert steps == [per_epoch * e for e in range(2, 41, 2)]

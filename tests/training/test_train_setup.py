@@ -49,3 +49,38 @@ def test_allocator_setting_only_when_asked(make_config, tmp_path, monkeypatch, k
     overrides = ["training.keep_freed_memory=true"] if keep else []
     _setup(make_config(tmp_path / "run", overrides))
     assert calls == ([1] if keep else [])
+
+
+def test_a_test_label_unseen_in_train_stops_the_run_before_training(tmp_path):
+    """Issue 38 case 12: docs/tasks-and-data.md lists it among what is refused before training; it used to stop only
+    `evaluate --split test`, after the whole run. Named by file, line and field; no run folder is left."""
+    import json
+
+    from conftest import FIXTURES, tiny_config, tiny_tasks
+
+    from mtl_decoder.errors import DataError
+    from mtl_decoder.training import train
+
+    rows = [json.loads(line) for line in (FIXTURES / "sentiment_test.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows[3]["label"] = "neutral"
+    test = tmp_path / "sentiment_test.jsonl"
+    test.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tasks = tiny_tasks()
+    tasks[1]["data"]["test"] = str(test)
+    with pytest.raises(DataError) as info:
+        train(tiny_config(tmp_path / "run", tasks=tasks))
+    assert (info.value.path, info.value.line, info.value.field) == (str(test), 4, "label")
+    assert "label 'neutral' is not in the train label set" in info.value.reason
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_task_without_a_test_split_still_trains_its_setup(tmp_path):
+    """Checking test labels reads only the tasks that name a test file."""
+    from conftest import tiny_config, tiny_tasks
+
+    from mtl_decoder.training.setup import read_data
+
+    tasks = tiny_tasks()
+    tasks[1]["data"].pop("test")
+    train_sources, validation, labels = read_data(tiny_config(tmp_path / "run", tasks=tasks))
+    assert set(labels) == {"ner", "sentiment"} and len(train_sources) == len(validation) == 2
