@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from mtl_decoder.commands.flags import add_max_tokens_flag, add_precision_flag, add_state_cache_flags
+from mtl_decoder.commands.flags import (
+    add_engine_flag,
+    add_max_tokens_flag,
+    add_precision_flag,
+    add_state_cache_flags,
+)
 from mtl_decoder.files import terminate_unwinds
 from mtl_decoder.processes import is_main_process
 
@@ -27,6 +32,7 @@ def run_evaluate(args: argparse.Namespace) -> None:
             cache_dir=args.cache_dir,
             max_tokens=args.max_tokens,
             train_data=args.train_data or None,
+            engine=args.engine,
         )
     if not is_main_process():  # under a launcher the main process reports for all
         return
@@ -72,5 +78,6 @@ def add_evaluate(sub) -> None:
     p.add_argument("--batch-size", type=int, help="examples per batch")
     add_precision_flag(p)
     add_max_tokens_flag(p)
+    add_engine_flag(p)
     add_state_cache_flags(p)
     p.set_defaults(func=run_evaluate)

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mtl_decoder.commands.flags import add_max_tokens_flag, add_precision_flag, add_state_cache_flags
+from mtl_decoder.commands.flags import (
+    add_engine_flag,
+    add_max_tokens_flag,
+    add_precision_flag,
+    add_state_cache_flags,
+)
 from mtl_decoder.errors import UserError
 from mtl_decoder.processes import is_main_process
 
@@ -57,6 +62,7 @@ def run_predict(args: argparse.Namespace) -> None:
         cache_states=args.cache_states,
         cache_dir=args.cache_dir,
         max_tokens=args.max_tokens,
+        engine=args.engine,
     )
     if not is_main_process():  # under a launcher the main process reports for all
         return
@@ -75,6 +81,7 @@ STREAM_IGNORES = {  # predict flag -> (its attribute, its default): what --strea
     "--cache-states": ("cache_states", False),
     "--cache-dir": ("cache_dir", None),
     "--max-tokens": ("max_tokens", None),
+    "--engine": ("engine", "torch"),
 }
 
 
@@ -110,6 +117,7 @@ def add_predict(sub) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     add_precision_flag(p)
     add_max_tokens_flag(p)
+    add_engine_flag(p)
     p.add_argument(
         "--workers",
         type=int,

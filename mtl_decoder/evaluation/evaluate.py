@@ -75,6 +75,7 @@ def evaluate(
     progress: bool | None = None,
     max_tokens: int | None = None,
     train_data: Mapping[str, str | Path] | Iterable[str] | None = None,
+    engine: str = "torch",
 ) -> EvalResult:
     """Evaluate the model in ``model_dir`` on ``split`` (the files the run's task files name for it).
 
@@ -92,6 +93,7 @@ def evaluate(
     0: rows only); the metrics do not depend on it beyond float rounding.
     ``train_data``: task -> training file (or "TASK=PATH" strings) whose entities count as seen, for the seen/unseen
     F1 of tagging tasks (default: the run's own train split, where that file is still there; see novelty.py).
+    ``engine``: torch, or onnx (the folder's graph from export --format onnx, on ONNX Runtime).
 
     Under a launcher (torchrun, accelerate launch) each process predicts its blocks of every source on its own
     device (``device`` is then each process's own); the predictions and the gate statistics are gathered, so the
@@ -130,7 +132,13 @@ def evaluate(
         check_labels(source, saved.label_sets, split)
     tracker = UtilisationTracker(saved.model, cfg.evaluation.position_buckets, cfg.evaluation.dead_expert_fraction)
     predictor = Predictor.from_saved(
-        saved, batch_size, precision, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens
+        saved,
+        batch_size,
+        precision,
+        cache_states=cache_states,
+        cache_dir=cache_dir,
+        max_tokens=max_tokens,
+        engine=engine,
     )
     distribute = processes.distribute(predictor.buffer) if processes.world > 1 else None
     show = (sys.stderr.isatty() if progress is None else progress) and processes.is_main

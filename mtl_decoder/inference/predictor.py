@@ -126,8 +126,12 @@ class Predictor:
         precision: str = "fp32",
         workers: int | None = None,
         max_tokens: int | None = None,
+        forward: Callable[..., MTLOutput] | None = None,
     ):
-        """``max_tokens``: a batch's padded sub-words (rows x its longest) at most this, besides at most
+        """``forward``: what runs a batch in place of ``model`` (an engine returning the same MTLOutput, e.g.
+        ``onnx_engine.OnnxForward``; None: the model).
+
+        ``max_tokens``: a batch's padded sub-words (rows x its longest) at most this, besides at most
         ``batch_size`` rows (None: ``default_max_tokens``; 0: rows only).
 
         ``workers``: threads that run batches side by side, each with its share of torch's intra-op threads on a
@@ -146,6 +150,7 @@ class Predictor:
                 f"{model.cfg.word_token_position} (model.word_token): build it with TextEncoder.for_model"
             )
         self.model, self.encoder, self.label_sets = model, encoder, label_sets
+        self.forward = forward or model
         self.workers = workers
         self.device = next(model.parameters()).device
         self.autocast = autocast_dtype(precision, self.device)
@@ -167,12 +172,17 @@ class Predictor:
         cache_states: bool = False,
         cache_dir: str | Path | None = None,
         max_tokens: int | None = None,
+        engine: str = "torch",
     ) -> Predictor:
         """A Predictor for a loaded model folder; ``batch_size`` defaults to the run's data.eval_batch_size (the size
         training-time validation used, so ``evaluate`` reproduces it); ``max_tokens`` as in ``__init__``. A frozen
         trunk's state cache becomes an inference one: its folder under ``cache_dir`` (default the saved model's
         model.trunk.cache_dir, else $MTL_DECODER_CACHE/states, else ~/.cache/mtl-decoder/states) read, written only
-        with ``cache_states``, a bounded number of states in memory."""
+        with ``cache_states``, a bounded number of states in memory. ``engine``: torch, or onnx (the folder's
+        exported graph on ONNX Runtime, ``mtl_decoder.inference.onnx_engine``)."""
+        from mtl_decoder.inference.onnx_engine import engine_forward
+
+        forward = engine_forward(saved, engine, precision)
         batch_size = batch_size or saved.config.data.eval_batch_size
         predictor = cls(
             saved.model,
@@ -182,6 +192,7 @@ class Predictor:
             precision=precision,
             workers=workers,
             max_tokens=max_tokens,
+            forward=forward,
         )
         saved.for_inference(cache_dir, write=cache_states)
         return predictor
@@ -331,7 +342,7 @@ class Predictor:
         batch = {k: v.to(self.device) for k, v in batch.items()}
         half = torch.autocast(self.device.type, dtype=self.autocast) if self.autocast is not None else nullcontext()
         with half:
-            out = self.model(**batch, tasks=tasks)
+            out = self.forward(**batch, tasks=tasks)
         decoded: dict[str, list] = {}
         for task in tasks:
             rows = out.examples[task]

@@ -63,6 +63,7 @@ def predict_texts(
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
     max_tokens: int | None = None,
+    engine: str = "torch",
 ) -> Iterator[dict[str, Any]]:
     """For each raw text or token list, in order: task name -> prediction (as in the output files). The model
     and the tasks are checked at once; a bad item (empty, not text, tokens not strings) raises UserError naming
@@ -71,13 +72,21 @@ def predict_texts(
     (mtl_decoder.inference.gate_table; a SavedModel given here keeps using it). A frozen trunk's states are read
     from its cache folder under ``cache_dir`` (default: the model's) and written there only with ``cache_states``.
     ``max_tokens``: a batch's padded sub-words at most (None: the model's default, Predictor.default_max_tokens;
-    0: rows only). int8 quantises a SavedModel given here in place."""
+    0: rows only). int8 quantises a SavedModel given here in place. ``engine``: torch, or onnx (the folder's graph
+    from export --format onnx, on ONNX Runtime)."""
     check_batch_size(batch_size)
     check_max_tokens(max_tokens)
     saved = with_gate_table(load_saved(model, device), gate_table)
     names = resolve_tasks(saved, tasks)
     predictor = Predictor.from_saved(
-        saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens
+        saved,
+        batch_size,
+        precision,
+        workers,
+        cache_states=cache_states,
+        cache_dir=cache_dir,
+        max_tokens=max_tokens,
+        engine=engine,
     )
     return _predict_items(predictor, items, names)
 
@@ -130,11 +139,12 @@ def predict_file(
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
     max_tokens: int | None = None,
+    engine: str = "torch",
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
     ``progress``: a progress bar on stderr (None: only when stderr is a terminal); ``precision``, ``workers``,
-    ``gate_table``, ``cache_states``, ``cache_dir`` and ``max_tokens`` as in predict_texts. The input, the output's
-    folder and the model are checked before anything is predicted. Called from the main thread, SIGTERM raises
+    ``gate_table``, ``cache_states``, ``cache_dir``, ``max_tokens`` and ``engine`` as in predict_texts. The input, the
+    output's folder and the model are checked before anything is predicted. Called from the main thread, SIGTERM raises
     ``mtl_decoder.files.Terminated`` (the previous handler is back when this returns).
 
     Under a launcher (torchrun, accelerate launch) the processes share the work and the main one writes the same
@@ -146,7 +156,7 @@ def predict_file(
         return predict_file_sharded(
             model, input, output, shard=shard, tasks=tasks, fmt=fmt, text_column=text_column, batch_size=batch_size,
             on_error=on_error, force=force, progress=progress, device=device, precision=precision, workers=workers,
-            gate_table=gate_table, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens,
+            gate_table=gate_table, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens, engine=engine,
         )  # fmt: skip
     with terminate_unwinds() as unwinder:
         if on_error not in ON_ERROR:
@@ -161,7 +171,14 @@ def predict_file(
         saved = with_gate_table(load_saved(model, device), gate_table)
         names = resolve_tasks(saved, tasks)
         predictor = Predictor.from_saved(
-            saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens
+            saved,
+            batch_size,
+            precision,
+            workers,
+            cache_states=cache_states,
+            cache_dir=cache_dir,
+            max_tokens=max_tokens,
+            engine=engine,
         )
         summary = PredictSummary(str(input), str(output), str(errors) if skip else None, precision=precision)
         for stale in stale_temporaries(output) + stale_temporaries(errors):  # left by a killed run

@@ -97,6 +97,7 @@ def predict_file_sharded(
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
     max_tokens: int | None = None,
+    engine: str = "torch",
 ) -> PredictSummary:
     """``predict_file`` over the launcher's processes and/or as shard K/N (see the module doc). Every process
     returns the summary of the whole run (of the shard, with ``shard``), which the main process printed."""
@@ -107,7 +108,7 @@ def predict_file_sharded(
         def prepare():
             return _prepare(
                 processes, model, input, output, shard, tasks, fmt, text_column, batch_size, on_error, force, device,
-                precision, workers, gate_table, cache_states, cache_dir, max_tokens,
+                precision, workers, gate_table, cache_states, cache_dir, max_tokens, engine,
             )  # fmt: skip
 
         reader, predictor, names, share, summary = _agree(processes, prepare)
@@ -152,6 +153,7 @@ def _prepare(
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
     max_tokens: int | None = None,
+    engine: str = "torch",
 ) -> tuple[InputReader, Predictor, list[str], Share, PredictSummary]:
     """Everything checked and loaded before the first record is read, on every process (the targets on the main
     one, which alone writes)."""
@@ -173,7 +175,14 @@ def _prepare(
     saved = with_gate_table(load_saved(model, device), gate_table)
     names = resolve_tasks(saved, tasks)
     predictor = Predictor.from_saved(
-        saved, batch_size, precision, workers, cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens
+        saved,
+        batch_size,
+        precision,
+        workers,
+        cache_states=cache_states,
+        cache_dir=cache_dir,
+        max_tokens=max_tokens,
+        engine=engine,
     )
     share = Share(predictor.buffer, k, n, processes.rank, processes.world)
     errors_file = str(errors) if skip and shard is None else None  # a shard's skipped records are in its part
