@@ -28,7 +28,7 @@ from mtl_decoder.files import atomic_write_json, replace_dir, sha256_file, shiel
 from mtl_decoder.inference.onnx_engine import ONNX_FILE, ONNX_INFO, OnnxForward, require
 from mtl_decoder.inference.onnx_graph import DenseGraph, check_exportable, example_inputs, gate_names
 from mtl_decoder.inference.predictor import Predictor
-from mtl_decoder.saved import WEIGHTS_FILE, SavedModel, load_model
+from mtl_decoder.saved import TRUNK_FILE, WEIGHTS_FILE, SavedModel, load_model
 
 MIN_AGREEMENT = 0.99
 """Share of validation texts per task whose tags / label must be identical to the torch model's."""
@@ -82,6 +82,8 @@ def export_onnx(
     require("onnxscript", "export --format onnx")
     require("onnx", "export --format onnx")
     require("onnxruntime", "export --format onnx")
+    if (Path(model_dir) / TRUNK_FILE).exists():  # before loading it: a pretrained trunk can be large
+        check_exportable(None, str(model_dir))
     saved = load_model(model_dir, device="cpu")
     check_exportable(saved.model, str(model_dir))
     texts = validation_texts(saved)

@@ -78,6 +78,15 @@ def test_export_names_the_extra_when_onnx_is_missing(tiny_run, tmp_path, monkeyp
     assert not (tmp_path / "out").exists()
 
 
+def test_a_pretrained_trunk_is_refused_before_it_is_loaded(tiny_run, tmp_path):
+    model_dir = tmp_path / "pretrained"
+    shutil.copytree(tiny_run / "best", model_dir)
+    (model_dir / "trunk.json").write_text("not even read")
+    with pytest.raises(UserError, match=r"supports native models .*this model has a pretrained trunk"):
+        export_onnx(model_dir, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_exported_folder_is_the_same_model(onnx_export):
     model_dir, exported, _ = onnx_export
     a, b = load_model(model_dir, device="cpu"), load_model(exported, device="cpu")

@@ -51,8 +51,9 @@ def gate_names(model: nn.Module) -> list[tuple[int, str]]:
     return out
 
 
-def check_exportable(model: nn.Module, where: str) -> None:
-    """A UserError unless ``model`` is a native decoder whose every part the graph computes."""
+def check_exportable(model: nn.Module | None, where: str) -> None:
+    """A UserError unless ``model`` is a native decoder whose every part the graph computes (None: a model known to
+    have a pretrained trunk)."""
     from mtl_decoder.model.decoder import MTLDecoder
 
     if type(model) is not MTLDecoder:
