@@ -84,7 +84,7 @@ def export_trunk(
     """Write the trunk of the saved model ``model_dir`` (on the path of ``expert``, default ``shared/0``) to
     ``output`` as a transformers causal-LM checkpoint; an existing ``output`` is replaced only with ``force``."""
     output = Path(output)
-    replaced = _check_output(output, model_dir, force)
+    replaced = check_export_output(output, model_dir, force)
     saved = load_model(model_dir, device="cpu")
     config, model = saved.config, saved.model
     trunk = config.model.trunk
@@ -127,7 +127,7 @@ def export_trunk(
     return ExportResult(output, trunk.mode, chosen, "original" if head is not None else "tied", notes)
 
 
-def _check_output(output: Path, model_dir: str | Path, force: bool) -> list[str]:
+def check_export_output(output: Path, model_dir: str | Path, force: bool) -> list[str]:
     """Checks before any work; returns the names an earlier export's folder holds, which --force replaces."""
     check_outside_model(output, model_dir, replaces=True)  # --force replaces the folder whole
     found: list[str] = []

@@ -16,9 +16,10 @@ A folder of a newer format is refused: its keys may mean something else than thi
 'cgc' did), so loading it could compute another function without a word. The metadata also holds the SHA-256
 of the folder's tokenizer.json, so a tokenizer copied in from another run is named as the culprit.
 
-``manifest.json`` lists every other file of the folder (the model card and trunk.json aside) with its size and SHA-256; a load
-checks it last, after the checks that say more about a file, so an edit that keeps every shape (reversed labels, a
-changed ``rope_theta``) is an error naming the file rather than other answers. A folder without it loads as before.
+``manifest.json`` lists every other file of the folder (the model card and trunk.json aside) with its size and
+SHA-256; a load checks it last, after the checks that say more about a file, so an edit that keeps every shape
+(reversed labels, a changed ``rope_theta``) is an error naming the file rather than other answers. A folder without it
+loads as before.
 """
 
 from __future__ import annotations

@@ -82,3 +82,34 @@ def tiny_run(tmp_path_factory) -> Path:
 def make_config():
     """The ``tiny_config`` function, for tests that build their own runs: make_config(dir, ["k=v", ...])."""
     return tiny_config
+
+
+ONNX_RUN = [
+    "model.tagging_decoder=crf",
+    "model.char_embedding=8",
+    "model.word_features=true",
+    "model.word_hash_buckets=64",
+]
+"""The tiny run exported to ONNX: the CRF decoder and every word feature, so the graph has every input."""
+
+
+@pytest.fixture(scope="session")
+def onnx_export(tmp_path_factory) -> tuple[Path, Path, str]:
+    """A tiny native run (``ONNX_RUN``) and its ``export --format onnx`` through the CLI: (RUN/best, the exported
+    folder, what the export printed). Skipped where the optional onnx packages are not installed."""
+    import contextlib
+    import io
+
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from mtl_decoder.cli import main
+    from mtl_decoder.training import train
+
+    run_dir = tmp_path_factory.mktemp("onnx_run") / "run"
+    train(tiny_config(run_dir, ONNX_RUN))
+    exported = run_dir.parent / "exported"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["export", "--format", "onnx", "--model", str(run_dir / "best"), "--output", str(exported)])
+    assert code == 0, printed.getvalue()
+    return run_dir / "best", exported, printed.getvalue()

@@ -178,7 +178,7 @@ KEY = re.compile(
     rf"(?<![\w./'-])(?:(?P<section>{'|'.join(SECTIONS)})|tasks\.[\w-]+\.(?P<task>[a-z_]+))"
     r"(?P<rest>(?:\.[a-z_][a-z0-9_]*)*)"
 )
-FILE_SUFFIXES = {"json", "jsonl", "yaml", "safetensors", "md", "py", "txt", "csv", "tsv"}
+FILE_SUFFIXES = {"json", "jsonl", "yaml", "safetensors", "md", "py", "txt", "csv", "tsv", "onnx"}
 
 
 def dataclass_of(tp) -> type | None:

@@ -24,6 +24,7 @@ LAYERS = [
     "saved",  # model folders
     "export",
     "inference",  # the engine that runs a model on words and texts
+    "export_onnx",  # export --format onnx: the graph, checked against the engine
     "evaluation",
     "prediction",  # file-level jobs over the engine
     "training",

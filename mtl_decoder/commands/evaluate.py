@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from mtl_decoder.commands.flags import add_max_tokens_flag, add_precision_flag, add_state_cache_flags
+from mtl_decoder.commands.flags import (
+    add_engine_flag,
+    add_max_tokens_flag,
+    add_precision_flag,
+    add_state_cache_flags,
+)
 from mtl_decoder.files import terminate_unwinds
 from mtl_decoder.processes import is_main_process
 
@@ -65,5 +70,6 @@ def add_evaluate(sub) -> None:
     p.add_argument("--batch-size", type=int, help="examples per batch")
     add_precision_flag(p)
     add_max_tokens_flag(p)
+    add_engine_flag(p)
     add_state_cache_flags(p)
     p.set_defaults(func=run_evaluate)

@@ -46,3 +46,15 @@ def add_state_cache_flags(p: argparse.ArgumentParser) -> None:
         help="frozen trunk: also write the states of new texts to the cache folder (default: only read it; at "
         "most a bounded number of states is kept in memory either way)",
     )
+
+
+def add_engine_flag(p: argparse.ArgumentParser) -> None:
+    from mtl_decoder.inference.options import ENGINES
+
+    p.add_argument(
+        "--engine",
+        choices=list(ENGINES),
+        default=ENGINES[0],
+        help="torch (default), or onnx: the model folder's ONNX graph (from export --format onnx) on ONNX Runtime, "
+        "same outputs within 1e-4; fp32 only (needs pip install 'mtl-decoder[onnx]')",
+    )

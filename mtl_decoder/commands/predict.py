@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mtl_decoder.commands.flags import add_max_tokens_flag, add_precision_flag, add_state_cache_flags
+from mtl_decoder.commands.flags import (
+    add_engine_flag,
+    add_max_tokens_flag,
+    add_precision_flag,
+    add_state_cache_flags,
+)
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import STDOUT
 from mtl_decoder.inference.options import BATCH_SIZE, PRECISION
@@ -67,6 +72,7 @@ STREAM_IGNORES = {  # predict flag -> (its attribute, its default): what --strea
     "--cache-states": ("cache_states", False),
     "--cache-dir": ("cache_dir", None),
     "--max-tokens": ("max_tokens", None),
+    "--engine": ("engine", "torch"),
 }
 
 
@@ -102,6 +108,7 @@ def add_predict(sub) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     add_precision_flag(p)
     add_max_tokens_flag(p)
+    add_engine_flag(p)
     p.add_argument(
         "--workers",
         type=int,

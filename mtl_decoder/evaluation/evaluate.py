@@ -76,6 +76,7 @@ def evaluate(
     progress: bool | None = None,
     max_tokens: int | None = None,
     train_data: Mapping[str, str | Path] | Iterable[str] | None = None,
+    engine: str = "torch",
     *,
     options: InferenceOptions | None = None,
 ) -> EvalResult:
@@ -95,6 +96,7 @@ def evaluate(
     0: rows only); the metrics do not depend on it beyond float rounding.
     ``train_data``: task -> training file (or "TASK=PATH" strings) whose entities count as seen, for the seen/unseen
     F1 of tagging tasks (default: the run's own train split, where that file is still there; see novelty.py).
+    ``engine``: torch, or onnx (the folder's graph from export --format onnx, on ONNX Runtime).
     ``options``: these settings as one mtl_decoder.inference.InferenceOptions instead of keywords (its batch_size
     None: the run's); its workers and gate table are not used by evaluate.
 
@@ -107,7 +109,7 @@ def evaluate(
         raise UserError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)}){did_you_mean(split, SPLITS)}")
     if options is None:
         given = dict(batch_size=batch_size, device=device, precision=precision, cache_states=cache_states,
-                     cache_dir=cache_dir, max_tokens=max_tokens)  # fmt: skip
+                     cache_dir=cache_dir, max_tokens=max_tokens, engine=engine)  # fmt: skip
         options = InferenceOptions(**given)
     options = options.checked(flags=True).on_device(processes.device)  # a launcher's process: its own device
     default = Path(model_dir) / f"eval-{split}"

@@ -36,6 +36,9 @@ rows only, 4 blocks, 1 thread: 1.48x on 500 sentences, 1.21x on 1,000 at 1024 (2
 1,000). A native model's batch costs more Python for its arithmetic: the pinned test model (width 32) on the 3,453
 CoNLL-2003 test sentences predicts 0.92x as fast at 1024, 1.02x at 2048."""
 
+ENGINES = ("torch", "onnx")
+"""What runs the model: torch, or onnx (the folder's graph from export --format onnx, on ONNX Runtime, fp32 only)."""
+
 FLAGS = {"batch_size": "--batch-size", "max_tokens": "--max-tokens", "workers": "--workers"}
 """A setting's name in the commands' errors (a function's errors name its keyword)."""
 
@@ -60,6 +63,8 @@ class InferenceOptions:
     """A table from build-gate-table to read the gates from (None: the real gates)."""
     device: str | torch.device | None = None
     """Where the model runs (None: the machine's accelerator, if any, else the CPU)."""
+    engine: str = ENGINES[0]
+    """A name of ENGINES: torch, or onnx (inference/onnx_engine.py)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> InferenceOptions:
@@ -79,6 +84,14 @@ class InferenceOptions:
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise UserError(f"{name('workers')} must be at least 1, got {self.workers}")
         check_max_tokens(self.max_tokens, name("max_tokens"))
+        if self.engine not in ENGINES:
+            raise UserError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine == "onnx" and self.precision != "fp32":
+            raise UserError(
+                f"--engine onnx runs the exported fp32 graph: leave --precision at fp32 (got {self.precision})"
+            )
+        if self.engine == "onnx" and self.gate_table is not None:
+            raise UserError("--engine onnx runs the exported graph with its exact gates: leave out --gate-table")
         return self
 
     def on_device(self, device: str | torch.device | None) -> InferenceOptions:

@@ -113,8 +113,12 @@ class Predictor:
         precision: str = PRECISION,
         workers: int | None = None,
         max_tokens: int | None = None,
+        forward: Callable[..., MTLOutput] | None = None,
     ):
-        """``max_tokens``: a batch's padded sub-words (rows x its longest) at most this, besides at most
+        """``forward``: what runs a batch in place of ``model`` (an engine returning the same MTLOutput, e.g.
+        ``onnx_engine.OnnxForward``; None: the model).
+
+        ``max_tokens``: a batch's padded sub-words (rows x its longest) at most this, besides at most
         ``batch_size`` rows (None: ``default_max_tokens``; 0: rows only).
 
         ``workers``: threads that run batches side by side, each with its share of torch's intra-op threads on a
@@ -131,6 +135,7 @@ class Predictor:
                 f"{model.cfg.word_token_position} (model.word_token): build it with TextEncoder.for_model"
             )
         self.model, self.encoder, self.label_sets = model, encoder, label_sets
+        self.forward = forward or model
         self.workers = workers
         self.device = next(model.parameters()).device
         self.autocast = autocast_dtype(precision, self.device)
@@ -154,6 +159,9 @@ class Predictor:
             options = InferenceOptions(**{"batch_size": None, **settings}).checked()
         elif settings:
             raise TypeError(f"from_saved: give options or keyword settings, not both ({', '.join(settings)})")
+        from mtl_decoder.inference.onnx_engine import engine_forward
+
+        forward = engine_forward(saved, options.engine, options.precision)
         predictor = cls(
             saved.model,
             saved.encoder,
@@ -162,6 +170,7 @@ class Predictor:
             precision=options.precision,
             workers=options.workers,
             max_tokens=options.max_tokens,
+            forward=forward,
         )
         saved.for_inference(options.cache_dir, write=options.cache_states)
         return predictor
@@ -319,7 +328,7 @@ class Predictor:
         batch = {k: v.to(self.device) for k, v in batch.items()}
         half = torch.autocast(self.device.type, dtype=self.autocast) if self.autocast is not None else nullcontext()
         with half:
-            out = self.model(**batch, tasks=tasks)
+            out = self.forward(**batch, tasks=tasks)
         decoded: dict[str, list] = {}
         for task in tasks:
             rows = out.examples[task]

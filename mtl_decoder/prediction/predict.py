@@ -56,6 +56,7 @@ def predict_texts(
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
     max_tokens: int | None = None,
+    engine: str = "torch",
     *,
     options: InferenceOptions | None = None,
 ) -> Iterator[dict[str, Any]]:
@@ -67,9 +68,10 @@ def predict_texts(
     (mtl_decoder.inference.gate_table; a SavedModel given here keeps using it). A frozen trunk's states are read
     from its cache folder under ``cache_dir`` (default: the model's) and written there only with ``cache_states``.
     ``max_tokens``: a batch's padded sub-words at most (None: the model's default, Predictor.default_max_tokens;
-    0: rows only). int8 quantises a SavedModel given here in place."""
+    0: rows only). int8 quantises a SavedModel given here in place. ``engine``: torch, or onnx (the folder's graph
+    from export --format onnx, on ONNX Runtime)."""
     given = dict(batch_size=batch_size, device=device, precision=precision, workers=workers, gate_table=gate_table,
-                 cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens)  # fmt: skip
+                 cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens, engine=engine)  # fmt: skip
     options = resolve_options(options, given).checked()
     prepared = prepare_model(model, options, tasks)
     return _predict_items(prepared.predictor, items, prepared.tasks)
@@ -123,6 +125,7 @@ def predict_file(
     cache_states: bool = False,
     cache_dir: str | Path | None = None,
     max_tokens: int | None = None,
+    engine: str = "torch",
     options: InferenceOptions | None = None,
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
@@ -136,7 +139,7 @@ def predict_file(
     files one process would; ``shard`` ('K/N') predicts only shard K of N into a part file for merge-predictions
     (see mtl_decoder.prediction.sharded)."""
     given = dict(batch_size=batch_size, device=device, precision=precision, workers=workers, gate_table=gate_table,
-                 cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens)  # fmt: skip
+                 cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens, engine=engine)  # fmt: skip
     options = resolve_options(options, given)
     fields = dict(tasks=tasks, fmt=fmt, text_column=text_column, on_error=on_error, force=force)
     if shard is not None or launched():
