@@ -44,9 +44,9 @@ class WordPieces:
         lead = next(i for i, s in enumerate(special) if not s)
         tail = len(special) - next(i for i, s in enumerate(reversed(special)) if not s)
         self.lead, self.trail = list(probe.ids[:lead]), list(probe.ids[tail:])
-        self.entries: dict[str, tuple[list[int], int, bool]] = {}
+        self.entries: dict[str, tuple[tuple[int, ...], int, bool]] = {}
 
-    def lookup(self, words: list[str]) -> list[tuple[list[int], int, bool]]:
+    def lookup(self, words: list[str]) -> list[tuple[tuple[int, ...], int, bool]]:
         """(sub-word ids, read offset, first piece blank) of each word, encoding the words not seen yet at once."""
         entries = self.entries
         missing = list(dict.fromkeys(w for w in words if w not in entries))
@@ -60,11 +60,11 @@ class WordPieces:
                 entries[word] = self._entry(enc.ids)
         return [entries[w] for w in words]
 
-    def _entry(self, ids: list[int]) -> tuple[list[int], int, bool]:
+    def _entry(self, ids: list[int]) -> tuple[tuple[int, ...], int, bool]:
         if not ids:  # the normalizer erased the word (e.g. U+200B): it is read as the unknown token
             ids = self.tokenizer.encode([self.unk], is_pretokenized=True, add_special_tokens=False).ids
         blank = [i in self.blank_ids for i in ids]
-        return list(ids), read_position(range(len(ids)), blank, self.word_token), blank[0]
+        return tuple(ids), read_position(range(len(ids)), blank, self.word_token), blank[0]
 
     def encode(self, words: list[str], budget: int) -> tuple[list[int], WordAlignment]:
         """The ids of ``words`` (at most ``budget`` sub-words of text, then the special tokens) and their alignment:
