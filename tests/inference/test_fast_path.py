@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING, ModelConfig, TokenizerConfig
+from mtl_decoder.data.batching import EncodedExample
 from mtl_decoder.data.tokenization import TextEncoder, train_tokenizer
 from mtl_decoder.inference.predictor import Predictor
 from mtl_decoder.model import MTLDecoder, TaskHeadSpec
@@ -47,3 +49,23 @@ def test_fast_path_predicts_exactly_what_the_reference_does():
             assert (a.words, a.tags, a.labels, a.probs) == (b.words, b.tags, b.labels, b.probs)
             assert (a.windows, a.untagged, a.truncated) == (b.windows, b.untagged, b.truncated)
     assert any(p.windows > 1 for p in got) and len({tuple(t) for p in got for t in p.tags.values()}) > 3
+
+
+def test_each_item_alone_through_the_model_gives_the_same_prediction():
+    """A straightforward reference: every item that fits one window encoded by the tokenizer, collated alone, run
+    through the model and decoded (softmax, Viterbi) on its own: the same tags and labels, and probabilities equal up
+    to float rounding (a row's sums run over its batch's padding)."""
+    fast, slow = predictor(True), predictor(False)
+    items = [s for s in SENTENCES if not slow.encoder.encode_words(s).truncated]
+    assert len(items) > 5
+    got = list(fast.predict(items))
+    for words, pred in zip(items, got, strict=True):
+        enc = slow.encoder.encode_words(words)
+        batch = slow.collate([EncodedExample.unlabelled(enc)])
+        with torch.inference_mode():
+            out = slow.model(**batch)
+            tag_ids = slow.model.decode_tags("ner", out.logits["ner"], batch["word_read"])[0]
+            probs = out.logits["sent"].float().softmax(-1)[0].tolist()
+        assert pred.tags["ner"] == [LABELS["ner"][t] for t in tag_ids]
+        assert pred.probs["sent"] == pytest.approx(dict(zip(LABELS["sent"], probs, strict=True)), abs=1e-6)
+        assert pred.labels["sent"] == LABELS["sent"][probs.index(max(probs))]
