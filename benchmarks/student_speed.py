@@ -11,7 +11,8 @@ same). It runs ``predict_texts`` on the CoNLL-2003 test token lists (every task)
 as benchmarks/spacy_throughput.py times it; spaCy runs in its own interpreter (spacy_worker.py, ``nlp.pipe`` on
 ``Doc(vocab, words=tokens)``). Every round times each once, in alternating order; the figures are CPU seconds
 (time.process_time: the machine is shared) and the medians and spread over the rounds are stored with the CPU's
-name and the load average as ``student_vs_spacy``.
+name and the load average as ``student_vs_spacy``. ``--bf16`` adds the student at ``--precision bf16`` to every round
+(faster where the CPU multiplies bfloat16 natively, and not identical to fp32's output).
 
 The profile (a separate pass after the rounds): the CPU seconds inside the model's forward (the arithmetic) against
 the rest of the pass (tokenisation, collation, decoding, output dicts), and cProfile's top functions by own time.
@@ -96,14 +97,18 @@ def measure(args: argparse.Namespace) -> dict:
     saved = untrained_model(REPO / "configs/bench/ple.yaml", data_root, SMALL)
     spacy = SpacyProcess(Path(args.spacy_python), {"data_root": str(data_root), "sentences": args.sentences,
                                                   "width": 96, "depth": 4})  # fmt: skip
-    student = ours(saved, items, 1)
-    student()  # warm-up (spaCy's worker warmed up before saying ready)
+    ways = {"student": ours(saved, items, 1), "spacy": spacy.run}
+    if args.bf16:
+        ways["student_bf16"] = ours(saved, items, 1, "bf16")
+    for name in ways:
+        if name != "spacy":
+            ways[name]()  # warm-up (spaCy's worker warmed up before saying ready)
     rounds = []
     for r in range(args.rounds):
-        order = ["student", "spacy"] if r % 2 == 0 else ["spacy", "student"]
+        order = list(ways) if r % 2 == 0 else list(ways)[::-1]
         row = {}
         for name in order:
-            row[name] = timed(student) if name == "student" else spacy.run()
+            row[name] = spacy.run() if name == "spacy" else timed(ways[name])
             assert row[name]["words"] == words, (name, row[name]["words"], words)
             print(f"round {r}: {name:8s} {row[name]}", file=sys.stderr)
         row["student_over_spacy_per_cpu_s"] = round(
@@ -116,10 +121,13 @@ def measure(args: argparse.Namespace) -> dict:
         return [r[name]["words_per_cpu_s"] for r in rounds]
 
     ratios = [r["student_over_spacy_per_cpu_s"] for r in rounds]
+    import mtl_decoder
+
     result: dict = {
         "benchmark": "student_speed",
         "cpu": cpu_name(),
         "commit": _commit(),
+        "code": args.note or f"mtl_decoder from {Path(mtl_decoder.__file__).parent} (this checkout)",
         "date": time.strftime("%Y-%m-%d"),
         "torch": torch.__version__,
         "load_average_before": load_before,
@@ -147,7 +155,16 @@ def measure(args: argparse.Namespace) -> dict:
             "threads": 1,
         },
     }
+    if args.bf16:
+        bf16 = per_cpu("student_bf16")
+        result["student_bf16"] = {
+            "note": "--precision bf16 (autocast: matrix products in bfloat16): not identical to fp32's output",
+            "words_per_cpu_s": round(statistics.median(bf16), 1),
+            "spread": [min(bf16), max(bf16)],
+            "over_spacy": round(statistics.median(b / s for b, s in zip(bf16, per_cpu("spacy"), strict=True)), 3),
+        }
     if args.profile:
+        student = ways["student"]
         result["profile"] = {"split": forward_split(saved, student), "top_functions": top_functions(student)}
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return result
@@ -165,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--spacy-python", default=str(DEFAULT_SPACY_PYTHON))
     parser.add_argument("--no-profile", dest="profile", action="store_false", help="skip the profile pass")
+    parser.add_argument("--bf16", action="store_true", help="also time the student at --precision bf16 each round")
+    parser.add_argument("--note", default="", help="what code was measured (stored as 'code')")
     parser.add_argument("--out", default=str(REPO / "benchmarks/results/student_speed.json"))
     args = parser.parse_args(argv)
     result = measure(args)
