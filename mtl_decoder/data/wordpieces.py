@@ -50,9 +50,10 @@ class WordPieces:
         """(sub-word ids, read offset, first piece blank) of each word, encoding the words not seen yet at once."""
         entries = self.entries
         missing = list(dict.fromkeys(w for w in words if w not in entries))
+        if missing and len(entries) + len(missing) > CAPACITY:  # a new dict: another thread keeps reading its own
+            entries = self.entries = {}
+            missing = list(dict.fromkeys(words))
         if missing:
-            if len(entries) + len(missing) > CAPACITY:
-                entries.clear()
             encodings = self.tokenizer.encode_batch(
                 [[w] for w in missing], is_pretokenized=True, add_special_tokens=False
             )

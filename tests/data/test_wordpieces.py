@@ -56,3 +56,15 @@ def test_blank_pieces_are_read_past():
     got, want = encoder.encode_words(words), reference(encoder, words)
     assert (got.ids, got.alignment) == (want.ids, want.alignment)
     assert got.alignment.blank_led == 1 and got.alignment.reads[1] == got.alignment.spans[1][0] + 1
+
+
+def test_a_full_cache_starts_afresh_and_still_encodes_exactly(monkeypatch):
+    from mtl_decoder.data import wordpieces
+
+    monkeypatch.setattr(wordpieces, "CAPACITY", 8)
+    tok = train_tokenizer(SENTENCES, TokenizerConfig(kind="bpe", vocab_size=300, min_frequency=1))
+    encoder = TextEncoder(tok, 64)
+    for words in LISTS:
+        got, want = encoder.encode_words(words), reference(encoder, words)
+        assert (got.ids, got.alignment) == (want.ids, want.alignment)
+        assert len(encoder.pieces.entries) <= max(8, len(set(words)))
