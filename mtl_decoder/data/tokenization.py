@@ -15,6 +15,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from mtl_decoder.config import ModelConfig, TokenizerConfig
 from mtl_decoder.data.alignment import WordAlignment, is_blank
+from mtl_decoder.data.wordpieces import WordPieces, usable
 from mtl_decoder.errors import UserError
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -166,6 +167,12 @@ class TextEncoder:
         self.vocab_size = tokenizer.get_vocab_size()
         self.blank_ids = frozenset(i for t, i in vocab.items() if is_blank(t))
         """Ids of whitespace-only pieces (never a read position)."""
+        self.pieces = (
+            WordPieces(tokenizer, self.unk_id, self.blank_ids, word_token)
+            if not words_as_text and usable(tokenizer)
+            else None
+        )
+        """Word lists assembled from each distinct word's cached sub-words (None: the tokenizer encodes each list)."""
 
     @classmethod
     def for_model(cls, tokenizer: Tokenizer, model: ModelConfig, max_length: int) -> TextEncoder:
@@ -174,6 +181,8 @@ class TextEncoder:
         return cls(tokenizer, max_length, words_as_text=model.trunk.enabled, word_token=model.word_token_position)
 
     def encode_words(self, words: list[str]) -> Encoded:
+        if self.pieces is not None:
+            return self._assembled(words)
         if self.words_as_text:
             return self._from_joined(words, self.tokenizer.encode(" ".join(words), add_special_tokens=False))
         return self._from_words(words, self.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False))
@@ -193,11 +202,19 @@ class TextEncoder:
             raw = self.tokenizer.encode_batch([" ".join(items[i]) for i in lists], add_special_tokens=False)
             for i, enc in zip(lists, raw, strict=True):
                 out[i] = self._from_joined(items[i], enc)
+        elif self.pieces is not None:
+            for i in lists:
+                out[i] = self._assembled(items[i])
         else:
             raw = self.tokenizer.encode_batch([items[i] for i in lists], is_pretokenized=True, add_special_tokens=False)
             for i, enc in zip(lists, raw, strict=True):
                 out[i] = self._from_words(items[i], enc)
         return out  # type: ignore[return-value]
+
+    def _assembled(self, words: list[str]) -> Encoded:
+        """``_from_words`` of the tokenizer's encoding of ``words``, from their cached sub-words (``WordPieces``)."""
+        ids, alignment = self.pieces.encode(words, self.max_length - self.n_special)
+        return Encoded(ids, words, None, alignment)
 
     def _from_words(self, words: list[str], enc) -> Encoded:
         covered = set(enc.word_ids)

@@ -92,8 +92,9 @@ class _Chunk:
     """A buffered chunk of items on its way: predictions filled in as its batches come back."""
 
     preds: list[Prediction]
-    best_score: dict[str, list[list[int]]]
-    """Tagging task -> per item, per word: the centrality of the window its tag came from."""
+    best_score: dict[str, dict[int, list[int]]]
+    """Tagging task -> per item tagged in several windows, per word: the centrality of the window its tag came
+    from."""
     batches: list[list[_Piece]]
     jobs: list[Future | Callable[[], tuple]]
     """Per batch: its _run_batch result, running in a worker (a Future) or deferred (no workers)."""
@@ -259,7 +260,8 @@ class Predictor:
             else:
                 pieces.append(_Piece(i, 0, enc.kept_words, enc))
             preds[i].truncated = enc.truncated and len(tagging) < len(tasks)
-        best_score = {t: [[-1] * len(e.words) for e in encoded] for t in tagging}
+        windowed = [i for i, pred in enumerate(preds) if pred.windows > 1]
+        best_score = {t: {i: [-1] * len(encoded[i].words) for i in windowed} for t in tagging}
         batches = self._batches(sorted(pieces, key=lambda p: len(p.encoded.ids)))
         run = [partial(self._run_batch, b, tasks, keep_outputs) for b in batches]
         jobs = [pool.submit(job) for job in run] if pool is not None else run
@@ -347,10 +349,11 @@ class Predictor:
         pieces: list[_Piece],
         decoded: dict[str, list],
         preds: list[Prediction],
-        best_score: dict[str, list[list[int]]],
+        best_score: dict[str, dict[int, list[int]]],
     ) -> None:
         """One batch's results into its items' predictions: a label from an item's first window; each word's
-        tags from the window where the word sits most centrally."""
+        tags from the window where the word sits most centrally (an item in one window: its tags as they are, 'O'
+        for words it did not reach whole)."""
         for task, rows in decoded.items():
             labels = self.label_sets[task]
             if self.kinds[task] == CLASSIFICATION:
@@ -362,6 +365,9 @@ class Predictor:
                 continue
             for r, tag_ids in rows:
                 piece, pred = pieces[r], preds[pieces[r].item]
+                if pred.windows == 1:
+                    pred.tags[task] = [labels[t] for t in tag_ids] + ["O"] * (len(pred.words) - len(tag_ids))
+                    continue
                 tags = pred.tags.setdefault(task, ["O"] * len(pred.words))
                 scores = best_score[task][piece.item]
                 n = piece.end - piece.start

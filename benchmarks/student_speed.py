@@ -1,0 +1,202 @@
+"""The small distilled student's end-to-end prediction speed against spaCy's CNN pipeline, measured alternately in
+one run on the same words at one thread each, with a profile of where the student's time goes (issue 36 item 3).
+
+    OMP_NUM_THREADS=1 python benchmarks/student_speed.py [--rounds 3] [--out benchmarks/results/student_speed.json]
+                                                         [--spacy-python PATH] [--sentences 0] [--no-profile]
+
+The student: the ``distill_small`` architecture (configs/bench/ple.yaml with benchmarks/distill_rows.py's SMALL
+overrides: d_model 128, 2 PLE layers, char CNN, word/shape/hashed features, CRF), built untrained with its BPE
+tokenizer trained on CoNLL-2003 + SST-2 train (its speed does not depend on the weights: the work per word is the
+same). It runs ``predict_texts`` on the CoNLL-2003 test token lists (every task) at one torch thread and one worker,
+as benchmarks/spacy_throughput.py times it; spaCy runs in its own interpreter (spacy_worker.py, ``nlp.pipe`` on
+``Doc(vocab, words=tokens)``). Every round times each once, in alternating order; the figures are CPU seconds
+(time.process_time: the machine is shared) and the medians and spread over the rounds are stored with the CPU's
+name and the load average as ``student_vs_spacy``. ``--bf16`` adds the student at ``--precision bf16`` to every round
+(faster where the CPU multiplies bfloat16 natively, and not identical to fp32's output).
+
+The profile (a separate pass after the rounds): the CPU seconds inside the model's forward (the arithmetic) against
+the rest of the pass (tokenisation, collation, decoding, output dicts), and cProfile's top functions by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_models import ours, untrained_model
+from bench_timing import REPO, cpu_name, default_data_root, read_sentences, timed, words_of
+from distill_rows import SMALL
+from spacy_worker import DEFAULT_SPACY_PYTHON, SpacyProcess
+
+
+def forward_split(saved, run) -> dict:
+    """One pass of ``run`` with the model's forward timed apart: CPU seconds in it and in the rest."""
+    model, acc = saved.model, {"seconds": 0.0, "tokens": 0, "padded": 0}
+    forward = model.forward
+
+    def timed_forward(*args, **kwargs):
+        start = time.process_time()
+        out = forward(*args, **kwargs)
+        acc["seconds"] += time.process_time() - start
+        mask = kwargs["attention_mask"]
+        acc["tokens"] += int(mask.sum())
+        acc["padded"] += mask.numel()
+        return out
+
+    model.forward = timed_forward
+    try:
+        start = time.process_time()
+        run()
+        total = time.process_time() - start
+    finally:
+        del model.forward
+    return {
+        "total_cpu_s": round(total, 3),
+        "forward_cpu_s": round(acc["seconds"], 3),
+        "rest_cpu_s": round(total - acc["seconds"], 3),
+        "forward_share": round(acc["seconds"] / total, 3),
+        "sub_words": acc["tokens"],
+        "padded_sub_words": acc["padded"],
+    }
+
+
+def top_functions(run, rows: int = 20) -> list[dict]:
+    """cProfile of one pass of ``run``: the functions with the most own time (with profiling overhead)."""
+    profiler = cProfile.Profile()
+    profiler.runcall(run)
+    stats = pstats.Stats(profiler, stream=io.StringIO())
+    total = stats.total_tt
+    entries = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:rows]
+    out = []
+    for (file, line, name), (_, calls, own, cumulative, _) in entries:
+        where = name if file == "~" else f"{Path(file).name}:{line}({name})"
+        out.append(
+            {"function": where, "calls": calls, "own_share": round(own / total, 3), "cum_s": round(cumulative, 3)}
+        )
+    return out
+
+
+def measure(args: argparse.Namespace) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    data_root = Path(args.data_root)
+    items = read_sentences(data_root, args.sentences)
+    words = words_of(items)
+    saved = untrained_model(REPO / "configs/bench/ple.yaml", data_root, SMALL)
+    spacy = SpacyProcess(Path(args.spacy_python), {"data_root": str(data_root), "sentences": args.sentences,
+                                                  "width": 96, "depth": 4})  # fmt: skip
+    ways = {"student": ours(saved, items, 1), "spacy": spacy.run}
+    if args.bf16:
+        ways["student_bf16"] = ours(saved, items, 1, "bf16")
+    for name in ways:
+        if name != "spacy":
+            ways[name]()  # warm-up (spaCy's worker warmed up before saying ready)
+    rounds = []
+    for r in range(args.rounds):
+        order = list(ways) if r % 2 == 0 else list(ways)[::-1]
+        row = {}
+        for name in order:
+            row[name] = spacy.run() if name == "spacy" else timed(ways[name])
+            assert row[name]["words"] == words, (name, row[name]["words"], words)
+            print(f"round {r}: {name:8s} {row[name]}", file=sys.stderr)
+        row["student_over_spacy_per_cpu_s"] = round(
+            row["student"]["words_per_cpu_s"] / row["spacy"]["words_per_cpu_s"], 3
+        )
+        rounds.append(row)
+    spacy.close()
+
+    def per_cpu(name: str) -> list[float]:
+        return [r[name]["words_per_cpu_s"] for r in rounds]
+
+    ratios = [r["student_over_spacy_per_cpu_s"] for r in rounds]
+    import mtl_decoder
+
+    result: dict = {
+        "benchmark": "student_speed",
+        "cpu": cpu_name(),
+        "commit": _commit(),
+        "code": args.note or f"mtl_decoder from {Path(mtl_decoder.__file__).parent} (this checkout)",
+        "date": time.strftime("%Y-%m-%d"),
+        "torch": torch.__version__,
+        "load_average_before": load_before,
+        "input": f"CoNLL-2003 test, {len(items)} sentences ({words} words), pre-tokenised; both systems predict every "
+        "task (NER tags and the sentence's sentiment label), one thread each, alternately",
+        "student": {
+            "model": "distill_small architecture (configs/bench/ple.yaml + benchmarks/distill_rows.py SMALL), "
+            "untrained (speed does not depend on the weights), BPE 16k tokenizer trained on CoNLL-2003 + SST-2 train",
+            "overrides": SMALL,
+            "parameters": saved.model.num_parameters(),
+            "batch_size": 64,
+        },
+        "spacy": {k: v for k, v in spacy.info.items() if k != "ready"},
+        "rounds": rounds,
+        "student_vs_spacy": {
+            "student_words_per_cpu_s": round(statistics.median(per_cpu("student")), 1),
+            "spacy_words_per_cpu_s": round(statistics.median(per_cpu("spacy")), 1),
+            "student_over_spacy": round(statistics.median(ratios), 3),
+            "spread": {
+                "student_words_per_cpu_s": [min(per_cpu("student")), max(per_cpu("student"))],
+                "spacy_words_per_cpu_s": [min(per_cpu("spacy")), max(per_cpu("spacy"))],
+                "student_over_spacy": [min(ratios), max(ratios)],
+            },
+            "rounds": len(rounds),
+            "threads": 1,
+        },
+    }
+    if args.bf16:
+        bf16 = per_cpu("student_bf16")
+        result["student_bf16"] = {
+            "note": "--precision bf16 (autocast: matrix products in bfloat16): not identical to fp32's output",
+            "words_per_cpu_s": round(statistics.median(bf16), 1),
+            "spread": [min(bf16), max(bf16)],
+            "over_spacy": round(statistics.median(b / s for b, s in zip(bf16, per_cpu("spacy"), strict=True)), 3),
+        }
+    if args.profile:
+        student = ways["student"]
+        result["profile"] = {"split": forward_split(saved, student), "top_functions": top_functions(student)}
+    result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    return result
+
+
+def _commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    return out.stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data-root", default=str(default_data_root()), help="folder with conll2003/ and sst2/")
+    parser.add_argument("--sentences", type=int, default=0, help="CoNLL-2003 test sentences (0: all)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--spacy-python", default=str(DEFAULT_SPACY_PYTHON))
+    parser.add_argument("--no-profile", dest="profile", action="store_false", help="skip the profile pass")
+    parser.add_argument("--bf16", action="store_true", help="also time the student at --precision bf16 each round")
+    parser.add_argument("--note", default="", help="what code was measured (stored as 'code')")
+    parser.add_argument("--out", default=str(REPO / "benchmarks/results/student_speed.json"))
+    args = parser.parse_args(argv)
+    result = measure(args)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    s = result["student_vs_spacy"]
+    print(
+        f"{result['cpu']}: student {s['student_words_per_cpu_s']:,.0f} words/CPU-s, spaCy "
+        f"{s['spacy_words_per_cpu_s']:,.0f} (student/spaCy {s['student_over_spacy']}, rounds {s['spread']})"
+    )
+    if "profile" in result:
+        print(json.dumps(result["profile"]["split"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
