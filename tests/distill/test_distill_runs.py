@@ -18,7 +18,6 @@ import torch
 import yaml
 
 import mtl_decoder.distill.targets as targets_module
-import mtl_decoder.tensorstore as tensorstore
 from mtl_decoder.cli import main
 from mtl_decoder.distill.run import DistillTrainer, check_teacher
 from mtl_decoder.distill.targets import TargetStore, text_key
@@ -128,7 +127,7 @@ def test_a_full_disk_while_caching_is_one_line_and_leaves_no_run(teacher, studen
     def full(tensors, path, metadata=None):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(tensorstore, "save_file", full)
+    monkeypatch.setattr("safetensors.torch.save_file", full)  # under files.atomic_write_safetensors
     out, cache = tmp_path / "run", tmp_path / "cache"
     assert main(args(teacher, student, out, cache)) == 2
     line = one_line_error(capsys)
