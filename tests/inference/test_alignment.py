@@ -184,6 +184,7 @@ def test_word_token_defaults_to_auto_and_old_folders_keep_first(tmp_path):
     config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
     del config["model"]["word_token"]
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    (folder / "manifest.json").unlink()  # folders saved before word_token existed had no manifest either
     old = load_model(folder)
     assert old.config.model.word_token == "first" and old.encoder.word_token == "first"
     assert old.model.cfg.word_token_position == "first"

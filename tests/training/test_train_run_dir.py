@@ -44,7 +44,7 @@ def no_data_reading(monkeypatch):
 def test_a_folder_that_is_not_a_run_is_refused_and_left_untouched(make_config, tmp_path, no_data_reading, capsys):
     folder = _user_files(tmp_path / "mine")
     before = _snapshot(folder)
-    with pytest.raises(UserError, match=r"is not empty and is not a run of mtl-decoder .*--overwrite"):
+    with pytest.raises(UserError, match=r"is not empty and is not a run of mtl-decoder .*overwrite=True"):
         train(make_config(folder, ["training.max_steps=2"]))
     config = make_config(tmp_path / "elsewhere")
     config.save(tmp_path / "c.yaml")
@@ -67,7 +67,7 @@ def test_overwrite_says_what_it_removes_and_reads_nothing_that_was_there(make_co
     assert labels["sentiment"] == ["negative", "positive"] and "B-FOO" not in labels["ner"]  # its own label sets
     assert all(json.loads(line)["type"] != "mine" for line in (folder / "metrics.jsonl").read_text().splitlines())
     assert (folder / MARKER).is_file()
-    with pytest.raises(UserError, match="already holds a run: use --resume"):  # now it is a run
+    with pytest.raises(UserError, match="already holds a run: use resume=True"):  # now it is a run
         train(make_config(folder, ["training.max_steps=2"]))
 
 
@@ -86,7 +86,7 @@ def test_an_output_dir_under_a_regular_file_is_refused_before_the_data_is_read(
 
 def test_resume_needs_a_run(make_config, tmp_path, no_data_reading):
     folder = _user_files(tmp_path / "mine")
-    with pytest.raises(UserError, match=r"--resume: .* holds no run of mtl-decoder"):
+    with pytest.raises(UserError, match=r"resume=True: .* holds no run of mtl-decoder"):
         train(make_config(folder), resume=True)
     with pytest.raises(UserError, match="choose one"):
         train(make_config(tmp_path / "new"), resume=True, overwrite=True)
