@@ -30,7 +30,8 @@ from mtl_decoder.evaluation.scoring import score_sources
 from mtl_decoder.evaluation.utilisation import COVERAGE, UtilisationTracker
 from mtl_decoder.files import atomic_write_text, check_writable_parent, staged_folder
 from mtl_decoder.inference import InferenceOptions, Predictor
-from mtl_decoder.inference.options import PRECISION, load_for_inference
+from mtl_decoder.inference.loading import load_for_inference
+from mtl_decoder.inference.options import PRECISION
 from mtl_decoder.paths import check_outside_model, os_reason
 from mtl_decoder.processes import Processes
 from mtl_decoder.saved import CONFIG_FILE

@@ -1,6 +1,5 @@
 """How a saved model is run over new text: ``InferenceOptions``, built once from a command's flags or a function's
-keywords and checked before any model is loaded, and ``load_for_inference``, the one way every inference path
-(``predict_texts``, ``predict_file`` and its shards, ``--stream``, ``evaluate``) loads the model it runs.
+keywords and checked before any model is loaded (``load_for_inference``, in loading.py, loads the model they run).
 
 Each default and each list of choices is stated here once: ``BATCH_SIZE``, ``PRECISIONS``, ``MAX_TOKENS``.
 """
@@ -16,7 +15,6 @@ import torch
 
 from mtl_decoder.errors import UserError
 from mtl_decoder.runtime import default_device
-from mtl_decoder.saved import SavedModel, load_model
 
 BATCH_SIZE = 64
 """Examples per batch of ``predict``, ``predict_texts`` and a Predictor (``evaluate``: the run's
@@ -123,20 +121,3 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
             f"precision int8 is for CPUs (torch's dynamic int8 kernels), not {device.type}: use bf16 or fp16"
         )
     return PRECISIONS[precision]
-
-
-def load_for_inference(model: SavedModel | str | Path, options: InferenceOptions) -> SavedModel:
-    """The model ``options`` run: the precision checked against the device it goes to before anything is loaded,
-    then loaded there (a SavedModel given is used as it is, on its own device) and its gate table applied."""
-    if isinstance(model, SavedModel):
-        autocast_dtype(options.precision, next(model.model.parameters()).device)
-        saved = model
-    else:
-        device = options.target_device()
-        autocast_dtype(options.precision, device)
-        saved = load_model(model, device)
-    if options.gate_table is not None:
-        from mtl_decoder.inference.gate_apply import apply_gate_table
-
-        apply_gate_table(saved, options.gate_table)
-    return saved

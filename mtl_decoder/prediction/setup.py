@@ -13,7 +13,7 @@ from mtl_decoder.data.inputs import InputReader
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import remove, stale_temporaries
 from mtl_decoder.inference import InferenceOptions, Predictor
-from mtl_decoder.inference.options import load_for_inference
+from mtl_decoder.inference.loading import load_for_inference
 from mtl_decoder.prediction.common import ON_ERROR, PredictSummary, resolve_tasks
 from mtl_decoder.prediction.outputs import check_targets, errors_path
 from mtl_decoder.prediction.parts import check_part_target

@@ -19,7 +19,8 @@ import torch
 
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import AtomicFile, path_problem, terminate_unwinds
-from mtl_decoder.inference.options import InferenceOptions, load_for_inference
+from mtl_decoder.inference.loading import load_for_inference
+from mtl_decoder.inference.options import InferenceOptions
 from mtl_decoder.inference.streaming import StreamStats, StreamTagger
 from mtl_decoder.prediction.outputs import check_output
 from mtl_decoder.saved import SavedModel

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+import mtl_decoder.inference.loading as loading_module
 import mtl_decoder.inference.options as options_module
 from mtl_decoder.cli import build_parser, main
 from mtl_decoder.errors import UserError
@@ -40,7 +41,7 @@ def no_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the options were checked")
 
-    monkeypatch.setattr(options_module, "load_model", refuse)
+    monkeypatch.setattr(loading_module, "load_model", refuse)
 
 
 def test_fp16_on_a_cpu_is_refused_before_any_model_loads(model_dir, source, tmp_path, no_loading, capsys):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from predict_testkit import read_jsonl, texts, write_jsonl, write_lines
 
-import mtl_decoder.inference.options as options_module
+import mtl_decoder.inference.loading as loading_module
 import mtl_decoder.prediction.predict as predict_module
 from mtl_decoder.cli import main
 from mtl_decoder.errors import DataError
@@ -230,7 +230,7 @@ def test_an_output_under_a_regular_file_is_refused_before_the_model_is_loaded(mo
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded before the output was checked")
 
-    monkeypatch.setattr(options_module, "load_model", no_model)
+    monkeypatch.setattr(loading_module, "load_model", no_model)
     assert main(_argv(model_dir, source, source / "out.jsonl")) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: --output {source / 'out.jsonl'}: {source} is a file, not a folder; choose another --output"
