@@ -1,59 +1,12 @@
-"""Shared fixtures: tiny configs over tests/fixtures and one tiny trained run reused by the slow tests."""
+"""Shared fixtures: one tiny trained run reused by the slow tests, its ONNX export, and make_config (helpers.py holds
+the functions and data the tests share)."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-from mtl_decoder.config import ExperimentConfig, load_config
-
-FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def tiny_tasks() -> list[dict[str, Any]]:
-    return [
-        {
-            "name": "ner",
-            "kind": "token_tagging",
-            "data": {split: str(FIXTURES / f"ner_{split}.jsonl") for split in ("train", "validation", "test")},
-        },
-        {
-            "name": "sentiment",
-            "kind": "sentence_classification",
-            "labels": ["negative", "positive"],
-            "data": {split: str(FIXTURES / f"sentiment_{split}.jsonl") for split in ("train", "validation", "test")},
-        },
-    ]
-
-
-TINY = {
-    "model": {
-        "d_model": 32,
-        "n_layers": 2,
-        "n_heads": 2,
-        "expert_hidden": 16,
-        "n_shared_experts": 2,
-        "n_task_experts": 1,
-        "dropout": 0.0,
-        "attention": "bidirectional",
-    },
-    "tokenizer": {"vocab_size": 400, "min_frequency": 1},
-    "data": {"batch_size": 8, "eval_batch_size": 16, "max_length": 48},
-    "training": {"epochs": 2, "lr": 3e-3, "log_every": 5, "progress": False, "keep_checkpoints": 2},
-}
-
-
-def tiny_config(
-    output_dir: Path, overrides: list[str] = (), tasks: list[dict[str, Any]] | None = None
-) -> ExperimentConfig:
-    """A seconds-to-train config over the fixtures; ``overrides`` as on the command line."""
-    base = copy.deepcopy(TINY)
-    base["tasks"] = tasks or tiny_tasks()
-    base["training"]["output_dir"] = str(output_dir)
-    return load_config(None, list(overrides), base=base)
+from helpers import ONNX_RUN, tiny_config
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -78,19 +31,16 @@ def tiny_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.fixture(scope="session")
+def best(tiny_run: Path) -> Path:
+    """The tiny run's model folder, RUN/best."""
+    return tiny_run / "best"
+
+
 @pytest.fixture
 def make_config():
     """The ``tiny_config`` function, for tests that build their own runs: make_config(dir, ["k=v", ...])."""
     return tiny_config
-
-
-ONNX_RUN = [
-    "model.tagging_decoder=crf",
-    "model.char_embedding=8",
-    "model.word_features=true",
-    "model.word_hash_buckets=64",
-]
-"""The tiny run exported to ONNX: the CRF decoder and every word feature, so the graph has every input."""
 
 
 @pytest.fixture(scope="session")

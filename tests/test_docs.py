@@ -16,7 +16,6 @@ import io
 import json
 import re
 import shlex
-import sys
 import types
 import typing
 from pathlib import Path
@@ -31,7 +30,6 @@ REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md"]
 
 
-sys.path.insert(0, str(REPO / "benchmarks"))  # the benchmark scripts import each other as top-level modules
 doc_check = importlib.import_module("doc_check")
 doc_sources = importlib.import_module("doc_sources")
 doc_tables = importlib.import_module("doc_tables")

@@ -178,19 +178,14 @@ FORMATS = {
 }
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_run):
-    return tiny_run / "best"
-
-
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_predict_accounts_for_every_record_of_a_hostile_file(model_dir, tmp_path, fmt, monkeypatch):
+def test_predict_accounts_for_every_record_of_a_hostile_file(best, tmp_path, fmt, monkeypatch):
     monkeypatch.setattr(formats, "MAX_LINE_BYTES", SHORT_LINE_BOUND)
     suffix, render, header, blank = FORMATS[fmt]
     rng = random.Random(f"{SEED}-{fmt}")
     source = _write(tmp_path / f"in{suffix}", _lines(rng, render, LINES // len(FORMATS)), header, blank)
     out = tmp_path / "out.jsonl"
-    summary = predict_file(model_dir, source, out, on_error="skip", batch_size=8, progress=False, workers=1)
+    summary = predict_file(best, source, out, on_error="skip", batch_size=8, progress=False, workers=1)
     assert summary.read == summary.predicted + summary.skipped
     assert summary.read > 0
     assert len(read_jsonl(out)) == summary.predicted

@@ -5,7 +5,6 @@ and skips without it, everything else runs in CI."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,8 +13,6 @@ import pytest
 from mtl_decoder.errors import DataError
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks" / "peers"))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 import crf  # noqa: E402
 import peer_common  # noqa: E402

@@ -13,7 +13,6 @@ from pathlib import Path
 from mtl_decoder.model.pretrained.frozen import INFERENCE_ENTRIES
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 from pretrained_memory import sentence  # noqa: E402
 

@@ -7,13 +7,11 @@ import argparse
 import itertools
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 import synthetic_correlation as sc  # noqa: E402
 import synthetic_correlation_report as rep  # noqa: E402

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import tiny_config, tiny_tasks
+from helpers import tiny_config, tiny_tasks
 
 from mtl_decoder.config import ColumnsConfig, TaskConfig, TaskDataConfig
 from mtl_decoder.data.formats import BadRecord, FileRecords, Record

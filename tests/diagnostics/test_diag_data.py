@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, tiny_config, tiny_tasks
+from helpers import FIXTURES, tiny_config, tiny_tasks
 
 from mtl_decoder.cli import main
 from mtl_decoder.diagnostics.data import GLOBAL_PREFIX, debug_data

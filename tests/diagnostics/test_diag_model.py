@@ -26,11 +26,6 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def best(tiny_run: Path) -> Path:
-    return tiny_run / "best"
-
-
-@pytest.fixture(scope="module")
 def healthy(best, tmp_path_factory):
     return diagnose(best, output_dir=tmp_path_factory.mktemp("healthy"))
 

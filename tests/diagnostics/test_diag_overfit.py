@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 import yaml
-from conftest import TINY, tiny_config, tiny_tasks
+from helpers import TINY, tiny_config, tiny_tasks
 
 from mtl_decoder.cli import main
 from mtl_decoder.diagnostics import overfit as overfit_module

@@ -4,16 +4,11 @@ knows (the trunk's norms and the expert blocks) without a fault."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("transformers")
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "model" / "pretrained"))
-
-from conftest import tiny_config
+from helpers import tiny_config
 from hf_testkit import tiny_checkpoint
 
 from mtl_decoder.diagnostics.data import debug_data

@@ -16,16 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import FIXTURES, TINY, tiny_config, tiny_tasks
 
 import mtl_decoder.distill.targets as targets_module
 from mtl_decoder.cli import main
 from mtl_decoder.distill.run import DistillTrainer, check_teacher
 from mtl_decoder.distill.targets import TargetStore, text_key
 from mtl_decoder.training import train
-
-TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS))
-from conftest import FIXTURES, TINY, tiny_config, tiny_tasks  # noqa: E402
 
 STEPS = ["training.max_steps=2", "training.eval_every=2"]
 
@@ -163,7 +160,7 @@ def test_after_a_kill_during_labelling_the_messages_say_overwrite(teacher, stude
         "t.TeacherLabeller.label = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # the repository
     done = subprocess.run([sys.executable, "-c", killed, *args(teacher, student, out, cache)], env=env, check=False)
     assert done.returncode == -signal.SIGKILL and (out / "config.yaml").is_file()
     assert main(args(teacher, student, out, cache)) == 2

@@ -32,11 +32,6 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def best(tiny_run: Path) -> Path:
-    return tiny_run / "best"
-
-
-@pytest.fixture(scope="module")
 def test_eval(best: Path, tmp_path_factory) -> EvalResult:
     return evaluate(best, split="test", output_dir=tmp_path_factory.mktemp("eval") / "test")
 

@@ -8,18 +8,14 @@ Imported by name (``from stream_testkit import ...``): pytest puts this folder o
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import torch
+from helpers import FIXTURES, tiny_config
 
 from mtl_decoder.data.tokenization import TextEncoder, train_tokenizer
 from mtl_decoder.model import build_model
 from mtl_decoder.saved import load_model, save_model
-
-TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS))
-from conftest import FIXTURES, tiny_config  # noqa: E402
 
 NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-MISC", "I-MISC"]
 FEATURES = ["model.char_embedding=8", "model.word_features=true", "model.word_hash_buckets=64", "model.word_hash_dim=8"]

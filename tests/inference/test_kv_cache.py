@@ -4,15 +4,10 @@ and the work per token stays flat as the stream grows."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))
 from model_testkit import perturb, tiny_model
+from torch.utils.flop_counter import FlopCounterMode
 
 from mtl_decoder.config import VARIANTS
 from mtl_decoder.errors import UserError

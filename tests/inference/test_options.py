@@ -24,11 +24,6 @@ from mtl_decoder.saved import load_model
 TEXTS = ["EU rejects German call to boycott British lamb .", "Peter Blackburn", "a good film"]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_run):
-    return tiny_run / "best"
-
-
 @pytest.fixture
 def source(tmp_path):
     path = tmp_path / "in.txt"
@@ -44,18 +39,18 @@ def no_loading(monkeypatch):
     monkeypatch.setattr(loading_module, "load_model", refuse)
 
 
-def test_fp16_on_a_cpu_is_refused_before_any_model_loads(model_dir, source, tmp_path, no_loading, capsys):
+def test_fp16_on_a_cpu_is_refused_before_any_model_loads(best, source, tmp_path, no_loading, capsys):
     cpu = {"precision": "fp16", "device": "cpu"}
     with pytest.raises(UserError, match="fp16 is for GPUs"):
-        predict_texts(model_dir, TEXTS, **cpu)
+        predict_texts(best, TEXTS, **cpu)
     with pytest.raises(UserError, match="fp16 is for GPUs"):
-        predict_file(model_dir, source, tmp_path / "out.jsonl", **cpu)
+        predict_file(best, source, tmp_path / "out.jsonl", **cpu)
     with pytest.raises(UserError, match="fp16 is for GPUs"):
-        predict_file(model_dir, source, tmp_path / "part.jsonl", shard="0/2", **cpu)
+        predict_file(best, source, tmp_path / "part.jsonl", shard="0/2", **cpu)
     with pytest.raises(UserError, match="fp16 is for GPUs"):
-        evaluate(model_dir, output_dir=tmp_path / "eval", **cpu)
+        evaluate(best, output_dir=tmp_path / "eval", **cpu)
     with pytest.raises(UserError, match="fp16 is for GPUs"):
-        stream_file(model_dir, source, tmp_path / "stream.jsonl", options=InferenceOptions(**cpu))
+        stream_file(best, source, tmp_path / "stream.jsonl", options=InferenceOptions(**cpu))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
@@ -68,9 +63,9 @@ def test_fp16_on_a_cpu_is_refused_before_any_model_loads(model_dir, source, tmp_
         ({"max_tokens": -1}, "max_tokens must be 0 \\(no token bound\\)"),
     ],
 )
-def test_each_setting_is_checked_before_any_model_loads(model_dir, no_loading, settings, message):
+def test_each_setting_is_checked_before_any_model_loads(best, no_loading, settings, message):
     with pytest.raises(UserError, match=message):
-        predict_texts(model_dir, TEXTS, **settings)
+        predict_texts(best, TEXTS, **settings)
     with pytest.raises(UserError, match=message):
         InferenceOptions(**settings).checked()
     flagged = message.replace("batch_size", "--batch-size").replace("max_tokens", "--max-tokens")
@@ -78,8 +73,8 @@ def test_each_setting_is_checked_before_any_model_loads(model_dir, no_loading, s
         InferenceOptions(**settings).checked(flags=True)
 
 
-def test_options_and_keywords_predict_alike_and_not_both(model_dir, source, tmp_path):
-    saved = load_model(model_dir)
+def test_options_and_keywords_predict_alike_and_not_both(best, source, tmp_path):
+    saved = load_model(best)
     options = InferenceOptions(batch_size=2, workers=1, max_tokens=16)
     by_keywords = list(predict_texts(saved, TEXTS, batch_size=2, workers=1, max_tokens=16))
     assert list(predict_texts(saved, TEXTS, options=options)) == by_keywords
@@ -112,10 +107,10 @@ def test_each_default_and_choice_is_stated_once():
     assert InferenceOptions.from_args(args) == InferenceOptions()
 
 
-def test_the_cli_refuses_fp16_on_a_cpu_before_loading(model_dir, source, tmp_path, no_loading, capsys, monkeypatch):
+def test_the_cli_refuses_fp16_on_a_cpu_before_loading(best, source, tmp_path, no_loading, capsys, monkeypatch):
     monkeypatch.setattr(options_module, "default_device", lambda: __import__("torch").device("cpu"))
-    argv = ["predict", "--model", str(model_dir), "--input", str(source), "--output", str(tmp_path / "o.jsonl")]
+    argv = ["predict", "--model", str(best), "--input", str(source), "--output", str(tmp_path / "o.jsonl")]
     assert main([*argv, "--precision", "fp16"]) == 2
     assert "fp16 is for GPUs" in capsys.readouterr().err
-    assert main(["evaluate", "--model", str(model_dir), "--precision", "fp16", "--output", str(tmp_path / "e")]) == 2
+    assert main(["evaluate", "--model", str(best), "--precision", "fp16", "--output", str(tmp_path / "e")]) == 2
     assert "fp16 is for GPUs" in capsys.readouterr().err

@@ -4,14 +4,9 @@ and gives the same outputs as the training path, and the option trains through t
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))
 from model_testkit import perturb, tiny_batch, tiny_model
 
 from mtl_decoder.cli import main
@@ -89,8 +84,7 @@ def test_positions_past_the_table_are_an_error():
 
 
 def test_data_max_length_must_fit_the_table(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     with pytest.raises(ConfigError, match=r"model\.position_max_length"):
         tiny_config(tmp_path, ["model.position_embedding=linear", "model.position_max_length=32"])  # max_length 48
@@ -122,8 +116,7 @@ def test_the_inference_table_is_computed_once_and_gives_the_same_outputs(kind, w
 
 
 def test_linear_positions_train_through_the_cli(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from conftest import TINY, tiny_tasks
+    from helpers import TINY, tiny_tasks
 
     config = {**TINY, "tasks": tiny_tasks()}
     path = tmp_path / "config.yaml"

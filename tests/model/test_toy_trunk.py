@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from conftest import FIXTURES, tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
+from helpers import FIXTURES, tiny_config
 from safetensors.torch import load_file
 
 from mtl_decoder import evaluate, predict_texts

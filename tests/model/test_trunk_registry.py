@@ -4,7 +4,7 @@ package asks (a pretrained checkpoint or not, the precisions, streaming, its ban
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
+from helpers import tiny_config
 
 from mtl_decoder.errors import ConfigError
 from mtl_decoder.model.trunks import TRUNKS, trunk_for, trunk_name

@@ -27,13 +27,8 @@ KINDS = {"ner": "token_tagging", "sentiment": "sentence_classification"}
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_run):
-    return tiny_run / "best"
-
-
-@pytest.fixture(scope="module")
-def model(model_dir):
-    return load_model(model_dir)
+def model(best):
+    return load_model(best)
 
 
 def _inputs(folder) -> dict:
@@ -91,18 +86,18 @@ def _bad_file(folder):
     return write_lines(folder / "in.jsonl", lines)  # the bad record is on line 4
 
 
-def test_fail_mode_names_the_line_and_leaves_no_output(model_dir, tmp_path, capsys):
+def test_fail_mode_names_the_line_and_leaves_no_output(best, tmp_path, capsys):
     source, out = _bad_file(tmp_path), tmp_path / "out.jsonl"
-    code = main(["predict", "--model", str(model_dir), "--input", str(source), "--output", str(out)])
+    code = main(["predict", "--model", str(best), "--input", str(source), "--output", str(out)])
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {source}:4: malformed JSON") and "\n" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]  # no output, no temporary file
 
 
-def test_skip_mode_sets_bad_records_aside_with_counts(model_dir, tmp_path, capsys):
+def test_skip_mode_sets_bad_records_aside_with_counts(best, tmp_path, capsys):
     source, out = _bad_file(tmp_path), tmp_path / "out.jsonl"
-    args = ["predict", "--model", str(model_dir), "--input", str(source), "--output", str(out)]
+    args = ["predict", "--model", str(best), "--input", str(source), "--output", str(out)]
     assert main([*args, "--on-error", "skip", "--batch-size", "2"]) == 0
     report = capsys.readouterr().out
     assert "read 5 records: predicted 4, skipped 1" in report and "empty lines skipped 1" in report
@@ -114,11 +109,11 @@ def test_skip_mode_sets_bad_records_aside_with_counts(model_dir, tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.errors.jsonl", "out.jsonl"]
 
 
-def test_existing_output_needs_force(model, model_dir, tmp_path, capsys):
+def test_existing_output_needs_force(model, best, tmp_path, capsys):
     source = write_lines(tmp_path / "in.txt", texts())
     out = tmp_path / "out.jsonl"
     out.write_text("keep me\n", encoding="utf-8")
-    args = ["predict", "--model", str(model_dir), "--input", str(source), "--output", str(out)]
+    args = ["predict", "--model", str(best), "--input", str(source), "--output", str(out)]
     assert main(args) == 2
     assert "already exists (use --force" in capsys.readouterr().err
     assert out.read_text(encoding="utf-8") == "keep me\n"
@@ -144,8 +139,8 @@ def test_task_selection_and_bad_arguments(model, tmp_path):
     assert predict_file(model, tmp_path / "in.dat", tmp_path / "y.jsonl", fmt="txt").predicted == 1
 
 
-def test_cli_precision_flag(model_dir, tmp_path, capsys):
-    argv = ["predict", "--model", str(model_dir), "--input", str(write_lines(tmp_path / "in.txt", texts()))]
+def test_cli_precision_flag(best, tmp_path, capsys):
+    argv = ["predict", "--model", str(best), "--input", str(write_lines(tmp_path / "in.txt", texts()))]
     assert main([*argv, "--output", str(tmp_path / "a.jsonl"), "--precision", "bf16"]) == 0
     assert "(bf16)" in capsys.readouterr().out and len(read_jsonl(tmp_path / "a.jsonl")) == len(texts())
     assert main([*argv, "--output", str(tmp_path / "b.jsonl"), "--precision", "fp16"]) == 2
@@ -184,9 +179,9 @@ def _without_probs(records: list[dict]) -> list[dict]:
             for r in records]  # fmt: skip
 
 
-def test_max_tokens_bounds_the_batches_and_leaves_the_predictions_alone(model_dir, tmp_path, monkeypatch, capsys):
+def test_max_tokens_bounds_the_batches_and_leaves_the_predictions_alone(best, tmp_path, monkeypatch, capsys):
     source = write_jsonl(tmp_path / "in.jsonl", _mixed_records())
-    argv = ["predict", "--model", str(model_dir), "--input", str(source), "--workers", "1"]
+    argv = ["predict", "--model", str(best), "--input", str(source), "--workers", "1"]
     seen, formed = _spy_batches(monkeypatch), {}
     for flag in (None, "0", "16"):
         out = tmp_path / f"out-{flag}.jsonl"
@@ -213,13 +208,13 @@ def test_max_tokens_bounds_the_batches_and_leaves_the_predictions_alone(model_di
     assert sum(rows for rows, _ in small) == sum(rows for rows, _ in default)  # the same pieces, cut finer
 
 
-def test_negative_max_tokens_is_a_one_line_error_and_writes_nothing(model_dir, tmp_path, capsys):
+def test_negative_max_tokens_is_a_one_line_error_and_writes_nothing(best, tmp_path, capsys):
     source, out = write_lines(tmp_path / "in.txt", texts()), tmp_path / "out.jsonl"
     for extra in ([], ["--shard", "0/2"]):
-        argv = ["predict", "--model", str(model_dir), "--input", str(source), "--output", str(out), *extra]
+        argv = ["predict", "--model", str(best), "--input", str(source), "--output", str(out), *extra]
         assert main([*argv, "--max-tokens", "-1"]) == 2
         err = capsys.readouterr().err.strip()
         assert err == "error: --max-tokens must be 0 (no token bound) or a positive number of sub-words, got -1"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]  # no output, no temporary file
     with pytest.raises(UserError, match="max_tokens must be 0"):
-        predict_texts(model_dir, texts(), max_tokens=-3)
+        predict_texts(best, texts(), max_tokens=-3)

@@ -111,12 +111,7 @@ def temporaries(folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_run) -> Path:
-    return tiny_run / "best"
-
-
-@pytest.fixture(scope="module")
-def runs(model_dir, tmp_path_factory):
+def runs(best, tmp_path_factory):
     """Every case once in one process (here) and once in two (one torchrun): folder -> outputs, and results."""
     root = tmp_path_factory.mktemp("processes")
     inputs = write_inputs(root)
@@ -124,13 +119,13 @@ def runs(model_dir, tmp_path_factory):
     one.mkdir(), two.mkdir()
     single, cases = {}, []
     for name, (source, mode) in PREDICT_CASES.items():
-        single[name] = run_here(predict_argv(model_dir, inputs[source], one / f"{name}.jsonl", mode))
-        cases.append({"name": name, "argv": predict_argv(model_dir, inputs[source], two / f"{name}.jsonl", mode)})
+        single[name] = run_here(predict_argv(best, inputs[source], one / f"{name}.jsonl", mode))
+        cases.append({"name": name, "argv": predict_argv(best, inputs[source], two / f"{name}.jsonl", mode)})
     for k in range(2):  # --shard under the launcher: each shard's blocks split again between the two processes
         part = two / f"part-{k}.jsonl"
-        argv = predict_argv(model_dir, inputs["jsonl-bad"], part, "skip", "--shard", f"{k}/2")
+        argv = predict_argv(best, inputs["jsonl-bad"], part, "skip", "--shard", f"{k}/2")
         cases.append({"name": f"shard-{k}", "argv": argv})
-    cases.append({"name": "evaluate", "argv": evaluate_argv(model_dir, inputs, two / "eval")})
+    cases.append({"name": "evaluate", "argv": evaluate_argv(best, inputs, two / "eval")})
     done, launched = launch(cases, root)
     assert done.returncode == 0, done.stderr[-3000:]
     return {"root": root, "one": one, "two": two, "single": single, "launched": launched, "inputs": inputs}
@@ -176,10 +171,10 @@ def test_shards_under_a_launcher_merge_to_the_output_of_one_process(runs, tmp_pa
 
 
 @needs_torchrun
-def test_two_processes_evaluate_to_the_metrics_of_one(runs, model_dir, tmp_path):
+def test_two_processes_evaluate_to_the_metrics_of_one(runs, best, tmp_path):
     assert runs["launched"]["evaluate"]["status"] == 0, runs["launched"]["evaluate"]["stderr"]
     data = {"ner": runs["inputs"]["jsonl"], "sentiment": runs["inputs"]["sst2"]}
-    reference = evaluate(model_dir, split="test", data=data, batch_size=BATCH, output_dir=tmp_path).metrics
+    reference = evaluate(best, split="test", data=data, batch_size=BATCH, output_dir=tmp_path).metrics
     metrics = json.loads((runs["two"] / "eval" / "metrics.json").read_text())
     assert metrics["data"]["ner"]["examples"] == metrics["data"]["sentiment"]["examples"] == RECORDS
     reference = json.loads(json.dumps(reference))  # as written: tuples become lists
@@ -202,10 +197,10 @@ def close(a, b) -> bool:
 
 @needs_torchrun
 @pytest.mark.parametrize("how", ["raise", "kill"])
-def test_a_failed_or_killed_rank_is_named_and_nothing_is_written(model_dir, tmp_path, how):
+def test_a_failed_or_killed_rank_is_named_and_nothing_is_written(best, tmp_path, how):
     inputs = write_inputs(tmp_path)  # rank 1 fails in its first batch: its block (64 records on) must exist
     out = tmp_path / "out" / "pred.jsonl"
-    argv = predict_argv(model_dir, inputs["jsonl-bad"], out, "skip")
+    argv = predict_argv(best, inputs["jsonl-bad"], out, "skip")
     done, results = launch([{"name": "predict", "argv": argv}], tmp_path, fail=how)
     assert done.returncode != 0
     if how == "raise":  # rank 1's error reaches rank 0 at the next round, which names it

@@ -21,13 +21,8 @@ RECORDS, BATCH = 150, 4  # blocks of 64 records: 3 blocks, the last one short
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_run):
-    return tiny_run / "best"
-
-
-@pytest.fixture(scope="module")
-def model(model_dir):
-    return load_model(model_dir)
+def model(best):
+    return load_model(best)
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +118,7 @@ def test_merge_refuses_what_is_not_one_whole_job(model, inputs, tmp_path):
         merge_predictions(pieces[0], pieces, force=True)
 
 
-def test_merge_refuses_parts_of_another_model_or_another_input(model, model_dir, inputs, tmp_path):
+def test_merge_refuses_parts_of_another_model_or_another_input(model, best, inputs, tmp_path):
     """A part predicted by another model, or read from another file of the same name and length, is refused in one
     line naming the part, however alike the footers' other fields are."""
     import shutil
@@ -132,7 +127,7 @@ def test_merge_refuses_parts_of_another_model_or_another_input(model, model_dir,
 
     pieces = parts(model, inputs["csv"], tmp_path, 3, "fail")
     out = tmp_path / "out.jsonl"
-    other_model = load_model(model_dir)
+    other_model = load_model(best)
     with torch.no_grad():
         next(other_model.model.parameters()).add_(0.01)
     save_model(tmp_path / "other-model", other_model.model, other_model.encoder, other_model.config,
@@ -160,10 +155,10 @@ def test_merge_refuses_parts_of_another_model_or_another_input(model, model_dir,
     assert not out.exists()
 
 
-def test_cli_shard_and_merge(model_dir, inputs, tmp_path, capsys):
+def test_cli_shard_and_merge(best, inputs, tmp_path, capsys):
     source = str(inputs["txt-bad"])
     for k in range(2):
-        argv = ["predict", "--model", str(model_dir), "--input", source, "--output", str(tmp_path / f"p{k}.jsonl"),
+        argv = ["predict", "--model", str(best), "--input", source, "--output", str(tmp_path / f"p{k}.jsonl"),
                 "--on-error", "skip", "--shard", f"{k}/2", "--batch-size", str(BATCH)]  # fmt: skip
         assert main(argv) == 0
     capsys.readouterr()
@@ -175,16 +170,16 @@ def test_cli_shard_and_merge(model_dir, inputs, tmp_path, capsys):
     assert main(["merge-predictions", str(out), str(tmp_path / "p0.jsonl")]) == 2
     assert "shard 1/2 is missing" in capsys.readouterr().err
     for bad in ("2/2", "-1/2", "1", "a/b", "1/0"):
-        argv = ["predict", "--model", str(model_dir), "--input", source, "--output", str(tmp_path / "x.jsonl"),
+        argv = ["predict", "--model", str(best), "--input", source, "--output", str(tmp_path / "x.jsonl"),
                 f"--shard={bad}"]  # fmt: skip
         assert main(argv) == 2
         assert "--shard must be K/N with 0 <= K < N" in capsys.readouterr().err
-    stream = ["predict", "--stream", "--model", str(model_dir), "--input", source, "--output", "-", "--shard", "0/2"]
+    stream = ["predict", "--stream", "--model", str(best), "--input", source, "--output", "-", "--shard", "0/2"]
     assert main(stream) == 2
     assert "--stream reads one text in one process" in capsys.readouterr().err
 
 
-def test_every_shard_batches_within_max_tokens(model_dir, inputs, tmp_path, monkeypatch, capsys):
+def test_every_shard_batches_within_max_tokens(best, inputs, tmp_path, monkeypatch, capsys):
     """--max-tokens reaches the Predictor a shard builds: each part's batches hold 16 padded sub-words at most (a
     longer row alone), and the merged parts predict what one default run does."""
     from mtl_decoder.inference import Predictor
@@ -198,10 +193,10 @@ def test_every_shard_batches_within_max_tokens(model_dir, inputs, tmp_path, monk
 
     monkeypatch.setattr(Predictor, "_batches", spy)
     whole = tmp_path / "whole.jsonl"
-    assert main(["predict", "--model", str(model_dir), "--input", source, "--output", str(whole)]) == 0
+    assert main(["predict", "--model", str(best), "--input", source, "--output", str(whole)]) == 0
     default, shapes[:] = shapes[:], []
     for k in range(2):
-        argv = ["predict", "--model", str(model_dir), "--input", source, "--output", str(tmp_path / f"p{k}.jsonl"),
+        argv = ["predict", "--model", str(best), "--input", source, "--output", str(tmp_path / f"p{k}.jsonl"),
                 "--shard", f"{k}/2", "--max-tokens", "16"]  # fmt: skip
         assert main(argv) == 0
     assert {bound for bound, _, _ in shapes} == {16} and {bound for bound, _, _ in default} == {2048}

@@ -25,31 +25,26 @@ from mtl_decoder.prediction import predict_file
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_run):
-    return tiny_run / "best"
-
-
 @pytest.fixture
 def source(tmp_path) -> Path:
     return write_lines(tmp_path / "in.txt", texts())
 
 
-def _predict(model_dir, source, output, **kwargs):
-    return predict_file(model_dir, source, output, progress=False, workers=1, **kwargs)
+def _predict(best, source, output, **kwargs):
+    return predict_file(best, source, output, progress=False, workers=1, **kwargs)
 
 
 def _leftovers(folder: Path) -> list[str]:
     return [p.name for p in folder.iterdir() if TMP_MARK in p.name or p.name.endswith(".mtl-lock")]
 
 
-def test_a_fifo_output_is_written_through_and_stays_a_fifo(model_dir, source, tmp_path):
+def test_a_fifo_output_is_written_through_and_stays_a_fifo(best, source, tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     got: list[bytes] = []
     reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
-    summary = _predict(model_dir, source, fifo, force=True)
+    summary = _predict(best, source, fifo, force=True)
     reader.join(timeout=20)  # a replaced FIFO never gets a writer: its reader would wait forever
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert got, "the FIFO's reader got nothing"
@@ -59,19 +54,19 @@ def test_a_fifo_output_is_written_through_and_stays_a_fifo(model_dir, source, tm
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
-def test_a_character_device_output_is_written_through_and_not_replaced(model_dir, source, tmp_path):
+def test_a_character_device_output_is_written_through_and_not_replaced(best, source, tmp_path):
     null = tmp_path / "null"
     os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a /dev/null of our own
-    summary = _predict(model_dir, source, null, force=True)
+    summary = _predict(best, source, null, force=True)
     assert summary.predicted == len(texts())
     assert stat.S_ISCHR(os.lstat(null).st_mode)
 
 
-def test_output_dash_writes_to_whatever_stdout_is_redirected_to(model_dir, source, tmp_path):
+def test_output_dash_writes_to_whatever_stdout_is_redirected_to(best, source, tmp_path):
     """`--output - > file` (stdout a link to a file), `>>` (appended, nothing truncated) and `--shard 1/3 --output -
     | tail -1` (a pipe) all write the predictions: standard output is never a file to protect."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "mtl_decoder", "predict", "--model", str(model_dir), "--input", str(source),
+    argv = [sys.executable, "-m", "mtl_decoder", "predict", "--model", str(best), "--input", str(source),
             "--output", "-"]  # fmt: skip
     redirected = tmp_path / "file.jsonl"
     redirected.write_text("kept\n", encoding="utf-8")
@@ -90,13 +85,13 @@ def test_output_dash_writes_to_whatever_stdout_is_redirected_to(model_dir, sourc
     assert (footer["shard"], footer["shards"], footer["records"]) == (1, 3, len(texts()))
 
 
-def test_a_symlink_output_is_refused_and_its_target_left_alone(model_dir, source, tmp_path):
+def test_a_symlink_output_is_refused_and_its_target_left_alone(best, source, tmp_path):
     target = tmp_path / "target.jsonl"
     target.write_text("old\n", encoding="utf-8")
     link = tmp_path / "link.jsonl"
     link.symlink_to(target)
     with pytest.raises(UserError, match="symbolic link"):
-        _predict(model_dir, source, link, force=True)
+        _predict(best, source, link, force=True)
     assert link.is_symlink() and target.read_text(encoding="utf-8") == "old\n"
 
 
@@ -114,12 +109,12 @@ def test_an_output_inside_the_model_folder_is_refused_and_the_weights_kept(tiny_
     assert not (model / "preds.jsonl").exists()
 
 
-def test_a_second_run_on_an_output_being_written_stops_naming_the_first(model_dir, source, tmp_path):
+def test_a_second_run_on_an_output_being_written_stops_naming_the_first(best, source, tmp_path):
     out = tmp_path / "out.jsonl"
     first = AtomicFile(out, replace=False)  # run A, still writing (holds the output's lock)
     try:
         with pytest.raises(UserError, match=rf"being written by another mtl-decoder process \(PID {os.getpid()}\)"):
-            _predict(model_dir, source, out)  # run B: before, it wrote its file and A then replaced it
+            _predict(best, source, out)  # run B: before, it wrote its file and A then replaced it
         assert not out.exists()
         first.write_line('{"from": "A"}')
         first.commit()
@@ -140,12 +135,12 @@ def test_a_file_that_appears_meanwhile_is_not_replaced_without_force(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
-def test_a_240_character_output_name_works_and_a_300_byte_one_is_one_line(model_dir, source, tmp_path, capsys):
+def test_a_240_character_output_name_works_and_a_300_byte_one_is_one_line(best, source, tmp_path, capsys):
     long = tmp_path / ("p" * 234 + ".jsonl")
-    summary = _predict(model_dir, source, long)
+    summary = _predict(best, source, long)
     assert summary.predicted == len(texts()) and len(read_jsonl(long)) == len(texts())
     too_long = tmp_path / ("q" * 300 + ".jsonl")
-    argv = ["predict", "--model", str(model_dir), "--input", str(source), "--output", str(too_long)]
+    argv = ["predict", "--model", str(best), "--input", str(source), "--output", str(too_long)]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "longer than a file system allows" in err[0]
@@ -159,11 +154,11 @@ def _limit_file_size(limit: int):
     return apply
 
 
-def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(model_dir, tmp_path):
+def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(best, tmp_path):
     big = write_lines(tmp_path / "big.txt", texts() * 200)  # ~1,000 records, ~300 KB of predictions
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    argv = ["predict", "--model", str(model_dir), "--input", str(big), "--output", str(out_dir / "out.jsonl")]
+    argv = ["predict", "--model", str(best), "--input", str(big), "--output", str(out_dir / "out.jsonl")]
     proc = subprocess.run(
         [sys.executable, "-m", "mtl_decoder", *argv, "--workers", "1"],
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -178,10 +173,10 @@ def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(model_dir, tmp_pat
     assert list(out_dir.iterdir()) == []
 
 
-def test_standard_input_is_read_with_a_format_and_refused_without_one(model_dir, tmp_path):
+def test_standard_input_is_read_with_a_format_and_refused_without_one(best, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = tmp_path / "out.jsonl"
-    base = [sys.executable, "-m", "mtl_decoder", "predict", "--model", str(model_dir), "--input", "-", "--workers", "1"]
+    base = [sys.executable, "-m", "mtl_decoder", "predict", "--model", str(best), "--input", "-", "--workers", "1"]
     text = "".join(t + "\n" for t in texts())
 
     def run(*args: str) -> subprocess.CompletedProcess:

@@ -29,7 +29,7 @@ FIXTURES = REPO / "tests" / "fixtures"
 
 def _config_file(tmp_path: Path, data: Path | None = None, **training) -> Path:
     """A tiny experiment YAML over the fixtures (or copies of them in ``data``), run folder tmp_path/run."""
-    from conftest import TINY, tiny_tasks
+    from helpers import TINY, tiny_tasks
 
     tasks = tiny_tasks()
     if data is not None:

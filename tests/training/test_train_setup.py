@@ -56,7 +56,7 @@ def test_a_test_label_unseen_in_train_stops_the_run_before_training(tmp_path):
     `evaluate --split test`, after the whole run. Named by file, line and field; no run folder is left."""
     import json
 
-    from conftest import FIXTURES, tiny_config, tiny_tasks
+    from helpers import FIXTURES, tiny_config, tiny_tasks
 
     from mtl_decoder.errors import DataError
     from mtl_decoder.training import train
@@ -76,7 +76,7 @@ def test_a_test_label_unseen_in_train_stops_the_run_before_training(tmp_path):
 
 def test_a_task_without_a_test_split_still_trains_its_setup(tmp_path):
     """Checking test labels reads only the tasks that name a test file."""
-    from conftest import tiny_config, tiny_tasks
+    from helpers import tiny_config, tiny_tasks
 
     from mtl_decoder.training.setup import read_data
 

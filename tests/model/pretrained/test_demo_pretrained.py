@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from conftest import FIXTURES  # tests/ is on sys.path (pytest's rootdir conftest)
+from helpers import FIXTURES
 from hf_testkit import tiny_checkpoint
 
 from mtl_decoder.cli import main

@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from conftest import tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
+from helpers import tiny_config
 from hf_testkit import tiny_checkpoint
 from trunk_runs import batch, force_gates, overrides, trained
 

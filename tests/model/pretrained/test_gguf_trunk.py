@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 pytest.importorskip("gguf")
 
-from conftest import tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
+from helpers import tiny_config
 from hf_testkit import tiny_tokenizer
 from trunk_runs import batch, force_gates
 

@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from conftest import tiny_config
+from helpers import tiny_config
 from hf_testkit import tiny_checkpoint
 from trunk_runs import batch, trained
 

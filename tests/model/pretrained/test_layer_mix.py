@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from conftest import tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
+from helpers import tiny_config
 from hf_testkit import assert_fp16_rounded, tiny_checkpoint
 from trunk_runs import batch
 

@@ -15,7 +15,7 @@ from safetensors import safe_open
 
 pytest.importorskip("transformers")
 
-from conftest import tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
+from helpers import tiny_config
 from hf_testkit import assert_fp16_rounded, tiny_checkpoint
 from trunk_runs import overrides
 

@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from conftest import tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
+from helpers import tiny_config
 from hf_testkit import FAMILIES, assert_fp16_rounded, tiny_checkpoint
 
 from mtl_decoder.config import SHARED

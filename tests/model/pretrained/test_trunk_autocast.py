@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from conftest import FIXTURES, tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
+from helpers import FIXTURES, tiny_config
 from hf_testkit import tiny_checkpoint
 from trunk_runs import batch
 

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from conftest import FIXTURES, tiny_config  # tests/ is on sys.path (pytest's rootdir conftest)
+from helpers import FIXTURES, tiny_config
 from hf_testkit import tiny_checkpoint
 from trunk_runs import STEPS, overrides, trained
 

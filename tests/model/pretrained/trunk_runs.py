@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from conftest import tiny_config
+from helpers import tiny_config
 from hf_testkit import tiny_checkpoint
 
 from mtl_decoder.config import SHARED

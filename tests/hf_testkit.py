@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-FIXTURES = Path(__file__).parents[2] / "fixtures"
+FIXTURES = Path(__file__).parent / "fixtures"
 FAMILIES = ("llama", "qwen2", "gpt2")
 # float16 keeps 11 significant bits: rounding to nearest moves a normal value x by at most 2**-11 * |x| (a subnormal,
 # |x| < 6.1e-5, by at most 2**-25). The bound a state stored in float16 must meet against its float32 value.

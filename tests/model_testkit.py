@@ -1,6 +1,6 @@
 """Shared helpers of the model tests: tiny configs, tiny batches, parameter perturbation.
 
-Imported by name (``from model_testkit import ...``): pytest puts this folder on sys.path (rootdir layout,
+Imported by name (``from model_testkit import ...``): tests/ is on the path (``pythonpath`` in pyproject.toml,
 no ``__init__.py``); the name is unique in the tree so it cannot shadow another test folder's helpers.
 """
 
