@@ -1,7 +1,7 @@
 """No command writes into a model folder (the rule predict already had, paths.check_outside_model): evaluate
 --output, diagnose --output, build-gate-table --output and predict --shard K/N --output are refused there with one
 line naming the path, and the model folder's files stay byte-identical. (export:
-tests/model/pretrained/test_export_targets.py.)"""
+tests/test_export_targets.py.)"""
 
 from __future__ import annotations
 

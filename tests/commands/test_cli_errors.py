@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mtl_decoder.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def bad_data_config(tmp_path: Path) -> tuple[Path, Path]:
