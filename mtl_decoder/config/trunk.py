@@ -13,6 +13,8 @@ TRUNK_DTYPES = ("float32", "bfloat16", "float16")
 LAYER_MIXES = ("scalar_mix", "concat")
 _REGISTERED_MODES: list[str] = []
 """Modes of the ways of reading a trunk registered beside the built-in ones (model.trunks.register_trunk)."""
+_REGISTERED_CACHED: list[str] = []
+"""The registered modes whose states are cached (their trunks' ``caches_states``)."""
 CACHED_MODES = ("frozen", "hybrid")
 """Modes whose trunk states (all of it, or its lower blocks) are computed once per token sequence and cached."""
 
@@ -116,7 +118,7 @@ class TrunkConfig:
     @property
     def caches_states(self) -> bool:
         """Whether (part of) the trunk's states are computed once per token sequence and cached."""
-        return self.enabled and self.mode in CACHED_MODES
+        return self.enabled and (self.mode in CACHED_MODES or self.mode in _REGISTERED_CACHED)
 
     @property
     def mixes_layers(self) -> bool:
@@ -128,10 +130,13 @@ class TrunkConfig:
         return self.pretrained is not None
 
 
-def allow_trunk_mode(name: str) -> None:
-    """Accept ``name`` as a model.trunk.mode: a way of reading a trunk registered by model.trunks.register_trunk."""
+def allow_trunk_mode(name: str, caches_states: bool = False) -> None:
+    """Accept ``name`` as a model.trunk.mode: a way of reading a trunk registered by model.trunks.register_trunk
+    (``caches_states``: its states are computed once per token sequence and cached, as mode frozen's)."""
     if name not in TRUNK_MODES and name not in _REGISTERED_MODES:
         _REGISTERED_MODES.append(name)
+        if caches_states:
+            _REGISTERED_CACHED.append(name)
 
 
 def check_trunk_model(model: Any) -> None:

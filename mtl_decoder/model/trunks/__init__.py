@@ -6,6 +6,7 @@
     hybrid     HybridTrunk     the top pretrained blocks trained over the cached lower ones, native layers above
     upcycle    UpcycleTrunk    a pretrained trunk, each MLP an expert block of trained copies
     lora       LoraTrunk       a frozen pretrained trunk, each expert its MLP plus a low-rank update
+    echo       EchoTrunk       as frozen, each text read twice and the states of its second copy kept
 
 The builder picks one by name (``trunk_name``: 'native' without model.trunk.pretrained, 'layer_mix' for mode
 frozen with several read_layers, else model.trunk.mode); adding a way is a new file and a ``register_trunk``
@@ -17,6 +18,7 @@ from __future__ import annotations
 from mtl_decoder.config import ModelConfig, TrunkConfig
 from mtl_decoder.config.trunk import TRUNK_MODES, allow_trunk_mode
 from mtl_decoder.model.trunks.base import PRECISIONS, Trunk
+from mtl_decoder.model.trunks.echo import EchoTrunk
 from mtl_decoder.model.trunks.frozen import FrozenTrunk
 from mtl_decoder.model.trunks.hybrid import HybridTrunk
 from mtl_decoder.model.trunks.layermix import LayerMixTrunk
@@ -31,7 +33,7 @@ TRUNKS: dict[str, type[Trunk]] = {}
 def register_trunk(trunk: type[Trunk]) -> type[Trunk]:
     """Make ``trunk`` the way named ``trunk.name`` (a valid model.trunk.mode from now on); returns it."""
     TRUNKS[trunk.name] = trunk
-    allow_trunk_mode(trunk.name)
+    allow_trunk_mode(trunk.name, trunk.caches_states)
     return trunk
 
 
@@ -52,6 +54,7 @@ def trunk_for(cfg: ModelConfig) -> Trunk:
 
 
 TRUNKS.update({t.name: t for t in (NativeTrunk, FrozenTrunk, LayerMixTrunk, HybridTrunk, UpcycleTrunk, LoraTrunk)})
+register_trunk(EchoTrunk)
 
 __all__ = [
     "PRECISIONS",

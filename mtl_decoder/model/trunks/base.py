@@ -38,6 +38,9 @@ class Trunk(ABC):
     """The inference precisions it supports."""
     streams: ClassVar[bool] = False
     """Whether ``predict --stream`` (a causal KV cache over the native layers) can run it."""
+    caches_states: ClassVar[bool] = False
+    """Whether its states are computed once per token sequence and cached (the config then refuses what would
+    make every sequence new, such as data.word_dropout)."""
 
     def __init__(self, cfg: ModelConfig):
         self.cfg = cfg

@@ -13,7 +13,7 @@ from mtl_decoder.model.heads import MultiTaskModel, TaskHeadSpec
 from mtl_decoder.model.trunks.pretrained import PretrainedTrunk
 
 if TYPE_CHECKING:
-    from mtl_decoder.model.pretrained.frozen import FrozenStates
+    from mtl_decoder.model.pretrained.frozen import FrozenStates, StateCache
 
 
 class FrozenTrunk(PretrainedTrunk):
@@ -29,12 +29,18 @@ class FrozenTrunk(PretrainedTrunk):
         saved_trunk: Path | None,
         expected_identity: dict[str, Any] | None,
     ) -> MultiTaskModel:
-        from mtl_decoder.model.pretrained.frozen import FrozenDecoder, FrozenStates, cache_for
+        from mtl_decoder.model.pretrained.frozen import FrozenDecoder, cache_for
 
         base, identity = self.load_base(saved_trunk, expected_identity)
         trunk = self.cfg.trunk
-        states = FrozenStates(base, identity, cache_for(identity, trunk.dtype, trunk.cache_dir, base.config))
+        states = self.make_states(base, identity, cache_for(identity, trunk.dtype, trunk.cache_dir, base.config))
         return FrozenDecoder(self.cfg, specs, identity, states)
+
+    def make_states(self, base: nn.Module, identity: Any, cache: StateCache) -> FrozenStates:
+        """What computes and caches the trunk's states (mode echo reads every text twice)."""
+        from mtl_decoder.model.pretrained.frozen import FrozenStates
+
+        return FrozenStates(base, identity, cache)
 
     def cached_states(self) -> FrozenStates | None:
         return self.model.states
