@@ -82,6 +82,29 @@ _VARIANTS: dict[str, tuple[list[str], str]] = {
         ["model.trunk.mode=hybrid", "model.trunk.train_top=2", "model.trunk.top_mode=lora"],
         "hybrid: blocks 1-14 cached, 15-16 with LoRA experts",
     ),
+    # issue 37: right context inside the trunk
+    "hybrid2_on16_bidir": (
+        [
+            "model.trunk.mode=hybrid",
+            "model.trunk.layers=18",
+            "model.trunk.train_top=2",
+            "model.trunk.top_attention=bidirectional",
+        ],
+        "hybrid: blocks 1-16 cached, 17-18 upcycled and trained with the causal mask lifted",
+    ),
+    "hybrid4_on16_bidir": (
+        [
+            "model.trunk.mode=hybrid",
+            "model.trunk.layers=20",
+            "model.trunk.train_top=4",
+            "model.trunk.top_attention=bidirectional",
+        ],
+        "hybrid: blocks 1-16 cached, 17-20 upcycled and trained with the causal mask lifted",
+    ),
+    "echo": (
+        ["model.trunk.mode=echo"],
+        "echo: blocks 1-16 frozen, each text read twice and the second copy's block-16 states kept",
+    ),
 }
 # the hybrid's spread: the same row at other seeds
 for _seed in (1, 2):

@@ -8,14 +8,14 @@ from typing import Any
 from mtl_decoder.config.checks import check_choice, check_positive
 from mtl_decoder.errors import ConfigError
 
-TRUNK_MODES = ("upcycle", "lora", "frozen", "hybrid")
+TRUNK_MODES = ("upcycle", "lora", "frozen", "hybrid", "echo")
 TRUNK_DTYPES = ("float32", "bfloat16", "float16")
 LAYER_MIXES = ("scalar_mix", "concat")
 _REGISTERED_MODES: list[str] = []
 """Modes of the ways of reading a trunk registered beside the built-in ones (model.trunks.register_trunk)."""
 _REGISTERED_CACHED: list[str] = []
 """The registered modes whose states are cached (their trunks' ``caches_states``)."""
-CACHED_MODES = ("frozen", "hybrid")
+CACHED_MODES = ("frozen", "hybrid", "echo")
 """Modes whose trunk states (all of it, or its lower blocks) are computed once per token sequence and cached."""
 
 
@@ -34,7 +34,8 @@ class TrunkConfig:
     each expert the frozen MLP plus its own low-rank update. 'frozen': the trunk frozen, its hidden states at
     ``layers`` computed once per text and cached on disk, native PLE layers (model.n_layers) trained on top.
     'hybrid': the lower blocks frozen and cached as in 'frozen', the top ``train_top`` pretrained blocks trained on
-    top of the cache (``top_mode``), then the native PLE layers (model.n_layers, 0 for none)."""
+    top of the cache (``top_mode``), then the native PLE layers (model.n_layers, 0 for none). 'echo': as 'frozen',
+    each text read twice and the states of its second copy kept (every token has seen the whole text)."""
     layers: int | None = None
     """Keep the first N pretrained blocks (None: all; with ``read_layers``: its highest block)."""
     read_layers: list[int] | None = None

@@ -53,8 +53,9 @@ def trunk_for(cfg: ModelConfig) -> Trunk:
     return TRUNKS[trunk_name(cfg.trunk)](cfg)
 
 
-TRUNKS.update({t.name: t for t in (NativeTrunk, FrozenTrunk, LayerMixTrunk, HybridTrunk, UpcycleTrunk, LoraTrunk)})
-register_trunk(EchoTrunk)
+TRUNKS.update(
+    {t.name: t for t in (NativeTrunk, FrozenTrunk, LayerMixTrunk, HybridTrunk, UpcycleTrunk, LoraTrunk, EchoTrunk)}
+)
 
 __all__ = [
     "PRECISIONS",
