@@ -127,9 +127,9 @@ class Predictor:
         ``workers``: threads that run batches side by side, each with its share of torch's intra-op threads on a
         CPU (None: ``default_workers``). A native model's batch spends a third of its time in Python (collating,
         decoding, and the caller writing results), which one thread per core overlaps with the other's matrix
-        products: on 2 CPU cores, 2 workers of 1 thread predict ~25% faster than 1 worker of 2. A pretrained
-        trunk's batch is one large matrix product: 1 worker with all of torch's threads (356 words/s against 184
-        with 2 workers, SmolLM2 on 2 cores). Predictions do not depend on it beyond float rounding.
+        products: with 2 CPU cores, 2 workers of 1 thread predict ~25% faster than 1 worker of 2. A pretrained
+        trunk's batch is one large matrix product: 1 worker with all of torch's threads (about twice the words per
+        second of 2 workers for SmolLM2). Predictions do not depend on it beyond float rounding.
         ``precision`` int8 quantises ``model`` in place (it stays int8)."""
         InferenceOptions(precision=precision, workers=workers, max_tokens=max_tokens).checked()  # before int8 in place
         if encoder.word_token != model.cfg.word_token_position:  # tags would be read where the model never learned
