@@ -68,7 +68,7 @@ class Terminated(BaseException):
 class Unwinder:
     """What ``terminate_unwinds`` yields.
 
-    What ``terminate_unwinds`` yields: ``deferred()`` holds a SIGTERM back for the length of a short block
+    ``deferred()`` holds a SIGTERM back for the length of a short block
     (renaming finished files into place), so that a set of files is committed together or not at all."""
 
     def __init__(self) -> None:
@@ -321,7 +321,7 @@ def staged_folder(final: Path) -> Iterator[Path]:
 class AtomicFile:
     """A text file written to a temporary sibling of ``path``.
 
-    A text file written to a temporary sibling of ``path``; ``commit`` renames it into place, ``discard``
+    ``commit`` renames it into place, ``discard``
     removes it. Used as a context manager, leaving the block without ``commit`` (an error) discards it.
 
     While open it holds ``path``'s lock (another process writing it is an error naming its PID). ``replace``:

@@ -44,7 +44,7 @@ class ProcessFailed(UserError):
 class Share:
     """The records one process takes.
 
-    The records one process takes: blocks of ``block`` records; shard ``shard`` of ``shards`` takes the blocks
+    Blocks of ``block`` records; shard ``shard`` of ``shards`` takes the blocks
     b with b mod shards == shard, and within a shard, process ``rank`` of ``world`` takes every world-th of them."""
 
     block: int

@@ -183,7 +183,7 @@ def _metadata(weights: Path) -> dict[str, str] | None:
 def _saved_format(weights: Path, metadata: dict[str, str] | None) -> int:
     """The folder's format from its weights' metadata.
 
-    The folder's format from its weights' metadata: 1 when absent (saved before formats were recorded); a
+    1 when absent (saved before formats were recorded); a
     newer format than this version's is refused (see the module doc)."""
     if metadata is None:
         return FORMAT

@@ -1,5 +1,5 @@
 """Task data, from files to batches.
 
-Task data, from files to batches: file formats (``formats``), tasks' examples and label sets (``tasks``,
+File formats (``formats``), tasks' examples and label sets (``tasks``,
 ``iob``), text to sub-word ids (``tokenization``), per-word features (``wordfeatures``) and multi-task batches
 (``batching``)."""

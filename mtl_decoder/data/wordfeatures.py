@@ -1,6 +1,6 @@
 """Per-word features that need no vocabulary file.
 
-Per-word features that need no vocabulary file: character ids, a word-shape class and hashed sparse
+Character ids, a word-shape class and hashed sparse
 features (the lower-cased word, its prefixes and suffixes) like those of a feature-based CRF tagger.
 
 Sub-word ids alone overfit names seen in training; the characters, affixes and shape of a word (capitalised,

@@ -1,6 +1,6 @@
 """The checks of ``diagnose`` that turn numbers into verdicts.
 
-The checks of ``diagnose`` that turn numbers into verdicts: collapsed norms, diagonal-stuck heads, saturated
+Collapsed norms, diagonal-stuck heads, saturated
 experts, gate balance (from the utilisation report), and the padding-leak test.
 
 | code                 | severity | what it means                                                              |

@@ -1,6 +1,6 @@
 """The findings of ``debug-data``.
 
-The findings of ``debug-data``: the statistics of ``diagnostics.data`` turned into ranked errors, warnings and
+The statistics of ``diagnostics.data`` turned into ranked errors, warnings and
 notes. Each rule is one small function; ``harm`` is the share of the data concerned, weighted by how directly the
 problem reaches the model's training signal or its scores.
 

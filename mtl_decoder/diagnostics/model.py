@@ -239,7 +239,7 @@ def inspect_model(saved: SavedModel, batches: list[Batch]) -> tuple[dict[str, An
 def timeline_row(checkpoint: Path, sections: dict[str, Any], findings: list[Finding]) -> dict[str, Any]:
     """One checkpoint's headline numbers.
 
-    One checkpoint's headline numbers: residual-stream RMS per norm, mean attention entropy per module, the
+    Residual-stream RMS per norm, mean attention entropy per module, the
     most saturated expert, the least balanced gate, the padding leak and the fault codes."""
     gate_entropy = [
         s["normalised_entropy"]

@@ -134,7 +134,7 @@ def one_batch(cfg: ExperimentConfig, examples: int) -> tuple[list[Example], Text
 def one_thread(device: torch.device) -> Iterator[None]:
     """One intra-op thread on a CPU for the duration.
 
-    One intra-op thread on a CPU for the duration: a batch of a few short sentences gains nothing from a
+    A batch of a few short sentences gains nothing from a
     second thread and loses much when another process holds a core (a demo step can take several times as long
     with two threads while another job runs)."""
     if device.type != "cpu":

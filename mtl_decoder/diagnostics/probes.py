@@ -1,6 +1,6 @@
 """Forward hooks that watch a model's inside while it runs.
 
-Forward hooks that watch a model's inside while it runs: sub-layer output norms, attention entropy, and the
+Sub-layer output norms, attention entropy, and the
 saturation of the experts' SwiGLU units. Modules are found by type (norms, ``SelfAttention``, ``ExpertBlock``,
 ``ExpertGroup``, ``SwiGLU``) and named by their path in the model (``layers.1.attn``), so any trunk built from
 these pieces is covered.

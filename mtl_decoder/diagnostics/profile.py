@@ -1,6 +1,6 @@
 """Where one forward pass spends its time.
 
-Where one forward pass spends its time: torch.profiler over a forward whose modules are labelled by module
+torch.profiler over a forward whose modules are labelled by module
 hooks (``record_function`` ranges), so the breakdown follows the model's pieces whatever its trunk.
 
 Categories (inclusive times of the labelled modules): attention (``SelfAttention``), experts (each

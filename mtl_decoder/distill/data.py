@@ -1,6 +1,6 @@
 """The student's side of the teacher targets.
 
-The student's side of the teacher targets: the transfer set's texts, each example's targets on the student's
+The transfer set's texts, each example's targets on the student's
 own words, and the collator that pads them beside the gold labels.
 
 Targets are per word (tags) and per text (classes), never per token, so the student's tokenizer need not be the

@@ -17,7 +17,7 @@ from mtl_decoder.config import SHARED
 def _safe(name: str) -> str:
     """A file-name form of a task or layer name.
 
-    A file-name form of a task or layer name: the name itself when it is letters, digits, '_', '.' and '-'; else
+    The name itself when it is letters, digits, '_', '.' and '-'; else
     those kept, the rest '_', and 8 hex digits of the name's SHA-256, so that two names never share a file
     ('实体' and '情感' would both be '_') and a name always gets the same one."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)

@@ -1,6 +1,6 @@
 """The ONNX graph of a native model.
 
-The ONNX graph of a native model: the same function as ``MTLDecoder.forward`` for every task, written so that it
+The same function as ``MTLDecoder.forward`` for every task, written so that it
 exports with dynamic batch and length axes.
 
 ``MTLDecoder`` packs the real tokens of each route into one matrix (``RouteLayout``: sizes read from the data) and

@@ -1,6 +1,6 @@
 """Predictions from a trained model for words or raw texts.
 
-Predictions from a trained model for words or raw texts: the one code path used by training-time
+The one code path used by training-time
 validation, ``evaluate`` and ``predict``, so their numbers agree.
 
 Inputs stream through a bounded buffer: encoded, grouped by length into batches, run, and given back in
@@ -338,7 +338,7 @@ class Predictor:
     def _run_batch(self, pieces: list[_Piece], tasks: list[str], keep_outputs: bool) -> tuple:
         """Collate and run one batch.
 
-        Collate and run one batch: (output, batch) if ``keep_outputs`` else (None, None), and per task the
+        (output, batch) if ``keep_outputs`` else (None, None), and per task the
         (batch row, class probabilities or word-level tag ids) of each row of its output."""
         batch = self.collate([EncodedExample.unlabelled(p.encoded) for p in pieces])
         batch = {k: v.to(self.device) for k, v in batch.items()}

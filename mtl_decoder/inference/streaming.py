@@ -261,7 +261,7 @@ class StreamTagger:
     def _emit(self, final: bool) -> list[StreamedWord]:
         """The pending words whose tags are final.
 
-        The pending words whose tags are final: all of them without CRF tasks (or at the end); with CRF tasks,
+        All of them without CRF tasks (or at the end); with CRF tasks,
         all but the last ``lookahead``."""
         n = len(self.pending) if final else max(0, len(self.pending) - self.lookahead)
         if n == 0:

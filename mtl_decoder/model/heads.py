@@ -91,7 +91,7 @@ class MultiTaskModel(nn.Module):
     ) -> RouteLayout:
         """The rows each route takes after the fork.
 
-        The rows each route takes after the fork: every example for ple/mlp; for the other gated variants only
+        Every example for ple/mlp; for the other gated variants only
         those a task asks for. Gated layouts also describe the shared bottom they fork from (``layout.bottom``:
         one row per example of any route), which the layers below the first expert layer run on."""
         B = attention_mask.shape[0]

@@ -91,7 +91,7 @@ class SwiGLUExperts(torch.autograd.Function):
 class GateMix(torch.autograd.Function):
     """A gate's weighted sum of expert outputs.
 
-    A gate's weighted sum of expert outputs: one fused multiply-add per expert forward (no (E, M, C) temporary);
+    One fused multiply-add per expert forward (no (E, M, C) temporary);
     backward, each weight's gradient as a batched dot product and each piece's gradient in one pass."""
 
     @staticmethod

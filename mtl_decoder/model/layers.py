@@ -1,6 +1,6 @@
 """Small building blocks of the trunk.
 
-Small building blocks of the trunk: norms, rotary positions, attention (with a per-layer KV cache for
+Norms, rotary positions, attention (with a per-layer KV cache for
 streaming), the SwiGLU MLP."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class RotaryEmbedding(nn.Module):
     def at(self, positions: torch.Tensor) -> torch.Tensor:
         """The rotations of any positions.
 
-        The rotations of any positions: (...) integer positions -> (..., D/2) complex, the same values as
+        (...) integer positions -> (..., D/2) complex, the same values as
         ``forward`` gives those positions (streaming: each row of a batch continues at its own offset)."""
         angles = positions.to(torch.float32).unsqueeze(-1) * self.inv_freq  # what torch.outer computes
         return torch.polar(torch.ones_like(angles), angles)

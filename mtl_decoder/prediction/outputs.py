@@ -125,7 +125,7 @@ def entity_dicts(
 ) -> list[dict[str, Any]]:
     """The entities of an IOB2 tag sequence.
 
-    The entities of an IOB2 tag sequence: character offsets into ``text`` when ``spans`` are given (raw
+    Character offsets into ``text`` when ``spans`` are given (raw
     text), else token indices with the tokens joined by spaces."""
     found = []
     for kind, first, last in entities(tags):

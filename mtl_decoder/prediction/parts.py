@@ -71,7 +71,7 @@ def file_fingerprint(path: str | Path | None) -> str | None:
 class InputDigest:
     """A fingerprint of the input as it was read.
 
-    A fingerprint of the input as it was read: every record's line and content (a bad record's raw text), in
+    Every record's line and content (a bad record's raw text), in
     order. Every shard reads the whole input, so the shards of one input agree, whatever its name or path."""
 
     def __init__(self) -> None:

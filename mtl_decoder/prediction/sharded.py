@@ -290,7 +290,7 @@ def _failure(processes: Processes, err: Exception) -> tuple[int, str, str]:
 def _stop(processes: Processes, verdict: tuple[int, str, str], own_error: BaseException | None) -> None:
     """Raise on every process once one has failed.
 
-    Raise on every process once one has failed: the failed process its own error (a traceback for a bug); the
+    The failed process its own error (a traceback for a bug); the
     main process a bad record's error as one process gives it, or the failed rank's error naming the rank; the
     others a line saying they stopped with it."""
     rank, kind, message = verdict

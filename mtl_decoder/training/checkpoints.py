@@ -170,7 +170,7 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
 def load_checkpoint(accelerator: Accelerator, path: Path, verified: dict[str, Any] | None = None) -> dict[str, Any]:
     """Restore a checkpoint written by ``save_checkpoint``.
 
-    Restore a checkpoint written by ``save_checkpoint``; returns the trainer state. ``verified``: the state
+    Returns the trainer state. ``verified``: the state
     ``verify_checkpoint`` already returned for ``path`` (its files are then not hashed twice).
 
     Accelerate only logs a random-state file it cannot load and goes on with other random numbers than the

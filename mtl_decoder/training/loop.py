@@ -1,6 +1,6 @@
 """The stepping half of the trainer.
 
-The stepping half of the trainer: epochs of optimiser steps under the step and time budgets, each task's loss
+Epochs of optimiser steps under the step and time budgets, each task's loss
 reduced over the processes, validation through evaluate's scoring loop, best/ and the resumable checkpoints.
 
 ``Trainer`` (trainer.py) builds everything this steps in its ``setup``: the attributes declared on ``TrainingLoop``.

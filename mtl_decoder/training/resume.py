@@ -1,6 +1,6 @@
 """What a resumed run may change.
 
-What a resumed run may change: the stored config against the new one, and the data files against their
+The stored config against the new one, and the data files against their
 fingerprints, before anything is written.
 
 A resume continues the same run, so whatever fixes the model's shapes, the data order or the meaning of the

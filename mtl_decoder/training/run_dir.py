@@ -105,7 +105,7 @@ class RunDirectory:
     def abandon(self) -> list[Path]:
         """Undo ``claim`` for a run that failed before its first checkpoint.
 
-        Undo ``claim`` for a run that failed before its first checkpoint: remove the folder if this run created
+        Remove the folder if this run created
         it, else what it wrote there. Returns what was removed (nothing when the run was not claimed here)."""
         if self.created is None or (self.checkpoints.is_dir() and any(self.checkpoints.iterdir())):
             return []

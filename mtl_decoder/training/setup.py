@@ -68,7 +68,7 @@ def check_test_labels(cfg: ExperimentConfig, label_sets: dict[str, list[str]]) -
 def make_tokenizer(cfg: ExperimentConfig, train: list[Source], stored: Path | None = None):
     """The run's tokenizer.
 
-    The run's tokenizer: a resumed run's own, the pretrained trunk's, a pretrained one, or one trained on the
+    A resumed run's own, the pretrained trunk's, a pretrained one, or one trained on the
     train texts."""
     if stored is not None:
         return load_pretrained_tokenizer(str(stored))
@@ -222,7 +222,7 @@ def precompute_trunk_states(
 def _share(sequences: list[list[int]], rank: int, world: int) -> list[list[int]]:
     """This process's share of the distinct sequences.
 
-    This process's share of the distinct sequences: every world-th of them, longest first (the same order on
+    Every world-th of them, longest first (the same order on
     every process, so the shares do not overlap and cost about the same). ``precompute`` skips the cached ones."""
     distinct = sorted({tuple(ids) for ids in sequences}, key=lambda ids: (-len(ids), ids))
     return [list(ids) for ids in distinct[rank::world]]

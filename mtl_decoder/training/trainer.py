@@ -63,7 +63,7 @@ def train(
 ) -> TrainResult:
     """Train a multi-task model.
 
-    Train a multi-task model; returns where the best model went and its validation metrics. ``config`` is not
+    Returns where the best model went and its validation metrics. ``config`` is not
     modified (``output_dir`` overrides training.output_dir in the run's own copy). An error that would name one of
     the train command's flags names the argument of this function instead (``resume=True``, not ``--resume``)."""
     try:

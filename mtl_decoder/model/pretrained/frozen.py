@@ -380,7 +380,7 @@ class FrozenDecoder(MTLDecoder):
 def cache_for(identity: BaseIdentity, dtype: str, cache_dir: str | None, config: Any = None) -> StateCache:
     """The state cache of this trunk.
 
-    The state cache of this trunk: its own folder under ``cache_dir`` (default ~/.cache/mtl-decoder/states), keyed
+    Its own folder under ``cache_dir`` (default ~/.cache/mtl-decoder/states), keyed
     by ``config`` too (the trunk's transformers config; pass it: without, the folder is keyed 'none')."""
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_root()
     return StateCache(root / cache_folder(identity, dtype, config))

@@ -1,6 +1,6 @@
 """A pretrained Hugging Face causal LM as a trunk.
 
-A pretrained Hugging Face causal LM as a trunk: loaded through transformers' own classes from the hub, a local
+Loaded through transformers' own classes from the hub, a local
 folder or a GGUF file, cut to its first N blocks, with its identity (where it came from and a hash of its weights)
 and its tokenizer. transformers is imported inside the functions: a native model never pays for it."""
 

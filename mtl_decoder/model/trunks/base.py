@@ -1,6 +1,6 @@
 """The trunk interface.
 
-The trunk interface: what training, saving, loading, logging, the model card, export, int8 and the state cache
+What training, saving, loading, logging, the model card, export, int8 and the state cache
 ask of the way a model reads its trunk.
 
 A ``Trunk`` is made from the model config alone (``trunks.trunk_for``), so the config-level questions (how it

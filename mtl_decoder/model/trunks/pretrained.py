@@ -1,6 +1,6 @@
 """What every trunk read from a pretrained checkpoint shares.
 
-What every trunk read from a pretrained checkpoint shares: loading it (checked against a saved model's
+Loading it (checked against a saved model's
 identity), its identity, the files it adds to a model folder (trunk.json, trunk/) and its model-card lines."""
 
 from __future__ import annotations
