@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def printable(text: str) -> str:
-    """``text`` with control and format characters (U+202E and the other bidirectional overrides among them)
+    """Text with control and format characters escaped.
+
+    ``text`` with control and format characters (U+202E and the other bidirectional overrides among them)
     written as escapes, so that a name read from a file shows as it is spelt and cannot reorder or hide the rest
     of the line; line breaks and tabs stay."""
     if text.isprintable():
@@ -66,7 +68,9 @@ def printable(text: str) -> str:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """The command line parsed, with ``key=value`` overrides taken wherever they stand among the flags (argparse
+    """Parse the command line with ``key=value`` overrides anywhere.
+
+    The command line parsed, with ``key=value`` overrides taken wherever they stand among the flags (argparse
     alone keeps only those before the first flag after the positionals)."""
     args, extra = parser.parse_known_args(argv)
     if extra:

@@ -81,7 +81,9 @@ class ExportResult:
 def export_trunk(
     model_dir: str | Path, output: str | Path, expert: str | None = None, force: bool = False
 ) -> ExportResult:
-    """Write the trunk of the saved model ``model_dir`` (on the path of ``expert``, default ``shared/0``) to
+    """Export a saved model's trunk as a transformers checkpoint.
+
+    Write the trunk of the saved model ``model_dir`` (on the path of ``expert``, default ``shared/0``) to
     ``output`` as a transformers causal-LM checkpoint; an existing ``output`` is replaced only with ``force``."""
     output = Path(output)
     replaced = check_export_output(output, model_dir, force)
@@ -162,7 +164,9 @@ def _is_export(folder: Path) -> bool:
 
 
 def _expert_path_state(base: nn.Module, expert: str | None, config: ExperimentConfig) -> tuple[str | None, dict]:
-    """The base model's state dict under its original names, each block's MLP that of ``expert`` and every LoRA
+    """The base model's state dict along one expert's path.
+
+    The base model's state dict under its original names, each block's MLP that of ``expert`` and every LoRA
     update merged into its weight (``get_delta_weight``: the frozen weights shared by the experts stay as they are)."""
     from mtl_decoder.model.pretrained.adapters import RoutedMLP, SingleExpertMLP
 
@@ -223,7 +227,9 @@ def _is_lora(module: nn.Module) -> bool:
 
 
 def _merged_lora(module: nn.Module, prefix: str) -> dict[str, torch.Tensor]:
-    """A peft LoRA layer's base parameters under the base layer's own names, its updates added to the weight (in
+    """A peft LoRA layer's base parameters with its updates merged.
+
+    A peft LoRA layer's base parameters under the base layer's own names, its updates added to the weight (in
     the base layer's layout: (out, in) for nn.Linear, (in, out) for GPT-2's Conv1D)."""
     base = module.get_base_layer()
     out = {prefix + k: v.detach() for k, v in base.state_dict().items()}
@@ -291,7 +297,9 @@ def _write_checkpoint(folder: Path, hf_config: Any, state: dict[str, torch.Tenso
 
 
 def _write_tokenizer(folder: Path, model_dir: Path, hf_config: Any) -> None:
-    """The tokenizer of the saved model (its tokenizer.json, the checkpoint's own), with the special tokens the
+    """Write the saved model's tokenizer as transformers' fast tokenizer files.
+
+    The tokenizer of the saved model (its tokenizer.json, the checkpoint's own), with the special tokens the
     model's config names, as transformers' fast tokenizer files."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast

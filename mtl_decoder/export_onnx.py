@@ -74,7 +74,9 @@ def export_onnx(
     min_agreement: float = MIN_AGREEMENT,
     max_prob_diff: float = MAX_PROB_DIFF,
 ) -> OnnxExportResult:
-    """Write the native model of ``model_dir`` and its ONNX graph to ``output`` after a parity check on its validation
+    """Export a native model and its ONNX graph.
+
+    Write the native model of ``model_dir`` and its ONNX graph to ``output`` after a parity check on its validation
     texts (refused with the numbers when it fails); an existing ``output`` is replaced only with ``force``."""
     from mtl_decoder.export import MARKER, check_export_output
 

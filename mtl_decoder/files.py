@@ -57,14 +57,18 @@ TEMP_SUFFIX_BYTES = len(TMP_MARK) + 20 + 1 + 8
 
 
 class Terminated(BaseException):
-    """SIGTERM received inside ``terminate_unwinds``. A BaseException, like KeyboardInterrupt, so that no
+    """SIGTERM received inside ``terminate_unwinds``.
+
+    A BaseException, like KeyboardInterrupt, so that no
     ``except Exception`` on the way swallows it; the CLI exits with status 143 (128 + SIGTERM)."""
 
     exit_code = 128 + signal.SIGTERM
 
 
 class Unwinder:
-    """What ``terminate_unwinds`` yields: ``deferred()`` holds a SIGTERM back for the length of a short block
+    """What ``terminate_unwinds`` yields.
+
+    ``deferred()`` holds a SIGTERM back for the length of a short block
     (renaming finished files into place), so that a set of files is committed together or not at all."""
 
     def __init__(self) -> None:
@@ -89,7 +93,9 @@ _UNWINDERS: list[Unwinder] = []
 
 @contextmanager
 def shielded() -> Iterator[None]:
-    """Hold SIGTERM back for a clean-up block (removing temporaries): a launcher's SIGTERM that lands while an
+    """Hold SIGTERM back for a clean-up block.
+
+    Hold SIGTERM back for a clean-up block (removing temporaries): a launcher's SIGTERM that lands while an
     error is already being unwound would otherwise raise inside the clean-up and leave the rest of it undone. The
     signal takes effect when the outermost shielded block ends; outside ``terminate_unwinds`` nothing changes."""
     if not _UNWINDERS or threading.current_thread() is not threading.main_thread():
@@ -101,7 +107,9 @@ def shielded() -> Iterator[None]:
 
 @contextmanager
 def terminate_unwinds() -> Iterator[Unwinder]:
-    """Within the block, SIGTERM raises ``Terminated`` in the main thread, so ``with`` and ``finally`` blocks run
+    """Turn SIGTERM into an exception within the block.
+
+    Within the block, SIGTERM raises ``Terminated`` in the main thread, so ``with`` and ``finally`` blocks run
     (temporaries are discarded) before the process exits. The first SIGTERM puts the previous handler back, so a
     second one acts as it did before (by default: kills at once); the previous handler is restored on leaving
     the block either way. Outside the main thread (where Python cannot set handlers) nothing changes."""
@@ -238,7 +246,9 @@ def write_reason(err: BaseException) -> str:
 
 
 def atomic_write_safetensors(path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> Path:
-    """Write ``tensors`` as a safetensors file through a temporary sibling and a rename, with the permissions of
+    """Write a safetensors file atomically.
+
+    Write ``tensors`` as a safetensors file through a temporary sibling and a rename, with the permissions of
     any other new file (safetensors itself creates 0600); a failed write (a full disk) leaves nothing and is a
     one-line ``UserError`` naming ``path``."""
     from safetensors import SafetensorError
@@ -261,7 +271,9 @@ def atomic_write_safetensors(path: str | Path, tensors: dict[str, Any], metadata
 
 
 def replace_dir(tmp: Path, final: Path) -> None:
-    """Move a fully written folder ``tmp`` to ``final``: an old one is renamed aside, the new one renamed in, and
+    """Replace a folder by a fully written one.
+
+    Move a fully written folder ``tmp`` to ``final``: an old one is renamed aside, the new one renamed in, and
     only then the old one removed, so ``final`` never holds garbage and is missing only between two renames."""
     old = temporary_sibling(final)
     if not os.path.lexists(final):
@@ -280,7 +292,9 @@ def replace_dir(tmp: Path, final: Path) -> None:
 
 @contextmanager
 def staged_folder(final: Path) -> Iterator[Path]:
-    """A temporary folder beside ``final`` to write a set of outputs into; on success its entries move into
+    """A temporary folder whose entries move into ``final`` on success.
+
+    A temporary folder beside ``final`` to write a set of outputs into; on success its entries move into
     ``final`` (created whole by one rename when new; an existing folder keeps its other files), on any error or
     SIGTERM it is removed, so no empty or half-filled output folder is left. The temporaries a killed run (SIGKILL)
     left beside ``final`` and inside it are removed first."""
@@ -305,7 +319,9 @@ def staged_folder(final: Path) -> Iterator[Path]:
 
 
 class AtomicFile:
-    """A text file written to a temporary sibling of ``path``; ``commit`` renames it into place, ``discard``
+    """A text file written to a temporary sibling of ``path``.
+
+    ``commit`` renames it into place, ``discard``
     removes it. Used as a context manager, leaving the block without ``commit`` (an error) discards it.
 
     While open it holds ``path``'s lock (another process writing it is an error naming its PID). ``replace``:

@@ -61,7 +61,9 @@ def sampled_sha256(path: str | Path, samples: int, sample_bytes: int) -> str:
 
 
 def file_manifest(folder: str | Path, skip: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
-    """Every file under ``folder`` (its path relative to it, '/'-separated, sorted) -> its size and SHA-256;
+    """The size and SHA-256 of every file under a folder.
+
+    Every file under ``folder`` (its path relative to it, '/'-separated, sorted) -> its size and SHA-256;
     the relative paths in ``skip`` left out."""
     folder, skipped = Path(folder), set(skip)
     return {

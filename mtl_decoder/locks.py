@@ -28,7 +28,9 @@ def lock_path(path: str | Path) -> Path:
 
 
 class PathLock:
-    """Holds the lock of ``path`` from construction to ``release`` (or the end of a ``with`` block); a UserError
+    """A lock on a path, held by this process.
+
+    Holds the lock of ``path`` from construction to ``release`` (or the end of a ``with`` block); a UserError
     naming the holder's PID when another process has it. ``doing`` says what the holder does, for the message
     ('being written', 'in use by a training run')."""
 

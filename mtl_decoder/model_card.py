@@ -1,4 +1,6 @@
-"""The model card (README.md) written into every saved model folder: what the model is, what it was trained and
+"""The model card (README.md) written into every saved model folder.
+
+What the model is, what it was trained and
 selected on, how well it did, and what it is not for. Built from what the folder holds (the resolved config, the
 label sets, the pretrained trunk's identity, info.json), so it never disagrees with them."""
 

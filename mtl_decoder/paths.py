@@ -33,7 +33,9 @@ def os_reason(err: OSError) -> str:
 
 
 def path_problem(path: str | Path, want: str = "file") -> str | None:
-    """Why ``path`` cannot be read as a ``want`` ('file' or 'folder'), in words, or None when it can. A FIFO or a
+    """Why a path cannot be read, or None.
+
+    Why ``path`` cannot be read as a ``want`` ('file' or 'folder'), in words, or None when it can. A FIFO or a
     character device counts as a file (it can be read once, as a stream)."""
     try:
         info = os.stat(path)
@@ -66,7 +68,9 @@ def check_name(path: str | Path, what: str = "output") -> None:
 
 
 def check_writable_parent(path: str | Path, what: str = "output") -> None:
-    """A clear error, before any work, when ``path`` cannot be created in its folder: an impossible name, a parent
+    """Check that a path can be created in its folder.
+
+    A clear error, before any work, when ``path`` cannot be created in its folder: an impossible name, a parent
     is a file or a link loop, or the nearest existing one is not writable. ``what`` names the option in the
     message (e.g. '--output')."""
     check_name(path, what)
@@ -94,7 +98,9 @@ the shell redirected it to (a file, which /dev/stdout is then a link to, a pipe 
 
 
 def output_kind(path: str | Path, what: str = "--output") -> str:
-    """NEW, FILE or STREAM for an output path; a UserError for anything an output must not replace: a folder, a
+    """The kind of an output path.
+
+    NEW, FILE or STREAM for an output path; a UserError for anything an output must not replace: a folder, a
     symbolic link (replacing it would turn the link into a file and leave its target stale), a link loop, a
     socket or a block device."""
     path = Path(path)
@@ -134,7 +140,9 @@ def check_outside_model(
     replaces: bool = False,
     own: str | Path | None = None,
 ) -> None:
-    """An output never goes into a model folder (``model_dir``; None or not a folder: nothing to check): it could
+    """Check that an output does not go into a model folder.
+
+    An output never goes into a model folder (``model_dir``; None or not a folder: nothing to check): it could
     replace the model's own files (``--force``), and a model folder holds only what ``save_model`` wrote and the
     commands' own report folders: ``own``, the one the calling command writes by default (evaluate's MODEL/eval-SPLIT,
     diagnose's MODEL/diagnose), may be ``target`` exactly. ``replaces``: the output replaces the folder ``target``
@@ -155,7 +163,9 @@ def check_outside_model(
 
 
 def sibling_prefix(path: str | Path, room: int) -> str:
-    """The name start every helper file of ``path`` shares (``.NAME``), shortened so that ``room`` more bytes fit
+    """The name start every helper file of a path shares.
+
+    The name start every helper file of ``path`` shares (``.NAME``), shortened so that ``room`` more bytes fit
     in NAME_MAX: a long name keeps its first bytes and gets a hash of the whole name, so it stays unique."""
     name = Path(path).name
     if len(name.encode("utf-8", "surrogateescape")) + 1 + room <= NAME_MAX:

@@ -42,7 +42,9 @@ class ProcessFailed(UserError):
 
 @dataclass(frozen=True)
 class Share:
-    """The records one process takes: blocks of ``block`` records; shard ``shard`` of ``shards`` takes the blocks
+    """The records one process takes.
+
+    Blocks of ``block`` records; shard ``shard`` of ``shards`` takes the blocks
     b with b mod shards == shard, and within a shard, process ``rank`` of ``world`` takes every world-th of them."""
 
     block: int
@@ -141,7 +143,9 @@ class Processes:
         return box[0]
 
     def distribute(self, block: int) -> Callable[[list[T], Callable[[list[T]], list[Any]]], list[Any]]:
-        """The scoring loop's ``distribute`` hook (mtl_decoder.evaluation.scoring): each process runs its blocks of
+        """The scoring loop's ``distribute`` hook.
+
+        The scoring loop's ``distribute`` hook (mtl_decoder.evaluation.scoring): each process runs its blocks of
         the examples, and every process gets all the results back in the examples' order."""
         share = Share(block, rank=self.rank, world=self.world)
 

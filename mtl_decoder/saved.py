@@ -86,7 +86,9 @@ class SavedModel:
     directory: Path
 
     def for_inference(self, cache_dir: str | Path | None = None, write: bool = False) -> None:
-        """Make a frozen trunk's state cache an inference one, for every path that runs a loaded model over new text
+        """Make a frozen trunk's state cache an inference one.
+
+        Make a frozen trunk's state cache an inference one, for every path that runs a loaded model over new text
         (predict, evaluate, a distillation teacher): its folder under ``cache_dir`` (default the model's
         model.trunk.cache_dir, else $MTL_DECODER_CACHE/states, else ~/.cache/mtl-decoder/states) read, written only
         with ``write``, a bounded number of states in memory. A model without a frozen trunk is left as it is."""
@@ -179,7 +181,9 @@ def _metadata(weights: Path) -> dict[str, str] | None:
 
 
 def _saved_format(weights: Path, metadata: dict[str, str] | None) -> int:
-    """The folder's format from its weights' metadata: 1 when absent (saved before formats were recorded); a
+    """The folder's format from its weights' metadata.
+
+    1 when absent (saved before formats were recorded); a
     newer format than this version's is refused (see the module doc)."""
     if metadata is None:
         return FORMAT

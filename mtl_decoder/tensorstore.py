@@ -92,7 +92,9 @@ class ShardedStore:
         return self.location.keys()
 
     def read_shard(self, shard: Path) -> dict[str, torch.Tensor] | None:
-        """Every tensor of ``shard``, checked, each copied out of the file mapping (a tensor safetensors returns
+        """Every tensor of a shard, checked and copied out of the file.
+
+        Every tensor of ``shard``, checked, each copied out of the file mapping (a tensor safetensors returns
         keeps its file mapped, and one mapping per entry runs out of the kernel's map count); None when the shard
         is damaged (then set aside)."""
         return self._read(shard, None)
@@ -136,7 +138,9 @@ class ShardedStore:
               file=sys.stderr, flush=True)  # fmt: skip
 
     def check_writable(self, what: str) -> None:
-        """A one-line UserError now, before any work, when new shards could not be written; ``what`` names the
+        """Check that new shards can be written.
+
+        A one-line UserError now, before any work, when new shards could not be written; ``what`` names the
         setting that chose the folder."""
         if self.directory is None:
             return

@@ -1,4 +1,6 @@
-"""``debug-data``, ``diagnose`` and ``overfit``: checks of the data, of a trained model and of the training setup;
+"""``debug-data``, ``diagnose`` and ``overfit``: checks of data, model and setup.
+
+``debug-data``, ``diagnose`` and ``overfit``: checks of the data, of a trained model and of the training setup;
 each exits with status 1 when what it checks fails."""
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ def run_debug_data(args: argparse.Namespace) -> int:
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
-    """diagnose a model (or a run's checkpoints), then the findings and where the report went; status 1 on an
+    """Run ``diagnose`` and report its findings.
+
+    diagnose a model (or a run's checkpoints), then the findings and where the report went; status 1 on an
     error-level finding."""
     from mtl_decoder.diagnostics.model import diagnose, diagnose_checkpoints
 

@@ -1,4 +1,6 @@
-"""Flags several subcommands share, defined once: the precision, the batches' token bound and a frozen trunk's state
+"""Flags several subcommands share, defined once.
+
+The precision, the batches' token bound and a frozen trunk's state
 cache."""
 
 from __future__ import annotations

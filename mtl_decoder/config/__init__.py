@@ -1,4 +1,6 @@
-"""Experiment configuration: typed dataclasses (``schema``; the model section in ``model``, a task's in ``task``)
+"""Experiment configuration: typed sections loaded from YAML.
+
+Experiment configuration: typed dataclasses (``schema``; the model section in ``model``, a task's in ``task``)
 loaded from YAML with dotted overrides (``loading``); task kinds and metric names (``kinds``) and the expert-block
 variants (``variants``) are written once here.
 

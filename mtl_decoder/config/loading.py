@@ -121,7 +121,9 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
-    """The safe loader, refusing a key given twice in one mapping (plain YAML keeps the last silently, so a second
+    """A safe YAML loader that refuses a key given twice in one mapping.
+
+    The safe loader, refusing a key given twice in one mapping (plain YAML keeps the last silently, so a second
     ``model:`` block would drop the first); a ``<<`` merge may still be overridden, as YAML means it."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -227,7 +229,9 @@ def _tasks_from_yaml(entries: Any, base: Path) -> dict[str, dict[str, Any]]:
 
 
 def _resolve_trunk_path(tree: dict[str, Any], base: Path) -> None:
-    """model.trunk.pretrained: a local folder or file (relative to the config file, or to the current folder)
+    """Resolve model.trunk.pretrained: a local path becomes absolute, a hub id stays.
+
+    model.trunk.pretrained: a local folder or file (relative to the config file, or to the current folder)
     becomes an absolute path; anything else is a hub id and stays as written."""
     trunk = tree.get("model", {}).get("trunk") if isinstance(tree.get("model"), dict) else None
     value = trunk.get("pretrained") if isinstance(trunk, dict) else None
@@ -311,7 +315,9 @@ def config_from_dict(data: dict[str, Any]) -> ExperimentConfig:
 
 
 def parse_task_names(tasks: str | Iterable[str] | None, known: list[str], flag: str = "--tasks") -> list[str] | None:
-    """Task names from a comma-separated string or a list, checked against ``known``, in the given order without
+    """Task names from a string or a list, checked against the known ones.
+
+    Task names from a comma-separated string or a list, checked against ``known``, in the given order without
     repeats; None when ``tasks`` is None (meaning: all)."""
     if tasks is None:
         return None

@@ -1,4 +1,6 @@
-"""``model``: the decoder trunk's shape, its expert blocks, positions and word features (``model.trunk``: trunk.py);
+"""The ``model`` section: the decoder trunk's shape and its parts.
+
+``model``: the decoder trunk's shape, its expert blocks, positions and word features (``model.trunk``: trunk.py);
 every value checked in ``__post_init__`` with an error naming its key."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The experiment configuration's sections: typed dataclasses, a docstring per field, every value checked in
+"""The experiment configuration's sections as checked dataclasses.
+
+The experiment configuration's sections: typed dataclasses, a docstring per field, every value checked in
 ``__post_init__`` with an error naming its key (the loader adds the section's prefix). ``model`` is in model.py
 (``model.trunk`` in trunk.py), a task's section in task.py; ``ExperimentConfig`` puts them together."""
 
@@ -187,7 +189,9 @@ class EvaluationConfig:
 
 @dataclass
 class DistillConfig:
-    """Distillation (``mtl-decoder distill``): the student learns each task from a teacher model's soft targets
+    """The ``distill`` section: learning from a teacher model's soft targets.
+
+    Distillation (``mtl-decoder distill``): the student learns each task from a teacher model's soft targets
     mixed with the gold labels. Defaults from the literature (Hinton et al. 2015: T=2, an even mix), to be
     measured on the benchmark."""
 

@@ -141,7 +141,9 @@ def allow_trunk_mode(name: str, caches_states: bool = False) -> None:
 
 
 def check_trunk_model(model: Any) -> None:
-    """What a trunk mode asks of the rest of ``model`` (a ModelConfig): mode hybrid with no native layers on top
+    """Check what a trunk mode asks of the rest of ``model``.
+
+    What a trunk mode asks of the rest of ``model`` (a ModelConfig): mode hybrid with no native layers on top
     (n_layers 0) has nothing to add word features to, the heads read the pretrained top blocks directly."""
     trunk = model.trunk
     if trunk.enabled and trunk.mode == "hybrid" and model.n_layers == 0:

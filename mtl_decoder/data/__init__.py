@@ -1,3 +1,5 @@
-"""Task data, from files to batches: file formats (``formats``), tasks' examples and label sets (``tasks``,
+"""Task data, from files to batches.
+
+File formats (``formats``), tasks' examples and label sets (``tasks``,
 ``iob``), text to sub-word ids (``tokenization``), per-word features (``wordfeatures``) and multi-task batches
 (``batching``)."""

@@ -27,13 +27,17 @@ tab and carriage return (Ġ, Ċ, ĉ, č); the Metaspace / SentencePiece word mar
 
 
 def is_blank(piece: str) -> bool:
-    """A sub-word that is only whitespace: byte-level BPE's lone 'Ġ' before a number (Qwen2, Llama-3), a lone
+    """Whether a sub-word is only whitespace.
+
+    A sub-word that is only whitespace: byte-level BPE's lone 'Ġ' before a number (Qwen2, Llama-3), a lone
     SentencePiece '▁'. Under causal attention such a piece has seen nothing of its word, so it is never read."""
     return not piece.strip(BLANK_CHARS)
 
 
 def read_position(positions: Sequence[int], blank: Sequence[bool], word_token: str) -> int:
-    """The position a word's tag is read from, of its sub-words ``positions`` (in order): the first (or, ``word_token``
+    """The position a word's tag is read from.
+
+    The position a word's tag is read from, of its sub-words ``positions`` (in order): the first (or, ``word_token``
     'last', the last) that is not a whitespace-only piece (``blank``, indexed by position); the last sub-word when
     every one is blank."""
     if word_token not in WORD_TOKENS:
@@ -63,7 +67,9 @@ class WordAlignment:
 
     @classmethod
     def build(cls, word_index: list[int], blank: Sequence[bool], subwords: list[int], word_token: str) -> WordAlignment:
-        """From each position's word (monotone: a word's sub-words are consecutive), which positions are blank, and
+        """The alignment of one encoded text's sub-words to its words.
+
+        From each position's word (monotone: a word's sub-words are consecutive), which positions are blank, and
         each word's untruncated sub-word count; a word is kept only if all of its sub-words are present."""
         n = len(subwords)
         first, count = [-1] * n, [0] * n

@@ -155,7 +155,9 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler[list[int]]):
         return self._starts[epoch]
 
     def stream(self, source: int, start: int, count: int) -> np.ndarray:
-        """Dataset indices ``start .. start + count`` of a source's stream: pass p is a permutation drawn from
+        """A stretch of one source's stream of dataset indices.
+
+        Dataset indices ``start .. start + count`` of a source's stream: pass p is a permutation drawn from
         (seed, source, p), so any stretch of the stream can be made without the passes before it."""
         size = self.sizes[source]
         if count <= 0:
@@ -196,7 +198,9 @@ def collator_for(model_cfg: ModelConfig, pad_id: int, task_kinds: dict[str, str]
 
 
 def drop_words(input_ids: torch.Tensor, word_index: torch.Tensor, p: float, unk_id: int) -> torch.Tensor:
-    """Word dropout: every sub-word of a dropped word becomes [UNK] (its label is kept). Draws from the torch
+    """Word dropout on a batch's sub-word ids.
+
+    Word dropout: every sub-word of a dropped word becomes [UNK] (its label is kept). Draws from the torch
     RNG, so the trainer calls it in step order and a resumed run draws what an unbroken one would."""
     W = int(word_index.max()) + 1
     if W <= 0:
@@ -208,7 +212,9 @@ def drop_words(input_ids: torch.Tensor, word_index: torch.Tensor, p: float, unk_
 
 @functools.lru_cache(maxsize=1 << 18)
 def word_feature_row(word: str, hash_buckets: int) -> tuple[list[int], int, list[int]]:
-    """(character ids padded to MAX_WORD_CHARS, shape class, hashed features) of a word; cached, since the same
+    """The character, shape and hashed features of one word.
+
+    (character ids padded to MAX_WORD_CHARS, shape class, hashed features) of a word; cached, since the same
     words come back batch after batch (the caller must not modify the lists)."""
     chars = char_ids(word)
     hashed = hashed_features(word, hash_buckets) if hash_buckets else []
@@ -277,7 +283,9 @@ class Collator:
         return labels
 
     def _word_features(self, examples: list[EncodedExample], T: int) -> dict[str, torch.Tensor]:
-        """Features of each distinct word of the batch, computed once however often it occurs: (U, K)
+        """Features of each distinct word of a batch.
+
+        Features of each distinct word of the batch, computed once however often it occurs: (U, K)
         character ids, (U,) shape classes, (U, N_HASHED) hashed features; and ``token_word`` (B, T), the
         distinct word each sub-word belongs to (-1: special token or padding)."""
         slot: dict[str, int] = {}

@@ -1,4 +1,6 @@
-"""File formats: the one layer that turns the files users have into records, for training data and prediction
+"""File formats: users' files turned into records.
+
+File formats: the one layer that turns the files users have into records, for training data and prediction
 inputs alike, as a stream, each record with the line it starts on.
 
 | format  | suffixes               | training | prediction | what a record is                                       |
@@ -340,7 +342,9 @@ class FileRecords:
 
 
 class RecordReader:
-    """Training data: the records of one file, the first bad one raised as a ``DataError`` (file, line, field);
+    """The training records of one file.
+
+    Training data: the records of one file, the first bad one raised as a ``DataError`` (file, line, field);
     CSV/TSV cells that hold JSON lists become lists. ``empty_lines`` counts what was skipped."""
 
     def __init__(self, path: str | Path, fmt: str | None = None, tokens_key: str = "tokens", tags_key: str = "tags"):

@@ -10,7 +10,9 @@ from mtl_decoder.errors import UserError
 
 
 def read_hub(hub_id: str, hub_config: str | None, split: str) -> Iterator[Record]:
-    """Rows of a Hugging Face dataset split; ClassLabel ids become their names. A dataset that cannot be loaded
+    """Rows of a Hugging Face dataset split.
+
+    ClassLabel ids become their names. A dataset that cannot be loaded
     (not found, offline, a loading script, which ``datasets`` no longer runs, an unknown config or split) is a
     one-line UserError naming it."""
     import datasets  # heavy: imported only when a hub dataset is used

@@ -12,7 +12,9 @@ from mtl_decoder.errors import DataError
 
 
 def read_json_array(path: str) -> Iterator[Record | BadRecord]:
-    """The records of a .json file: the objects of its top-level array, each with the line it starts on;
+    """The records of a .json file's top-level array.
+
+    The records of a .json file: the objects of its top-level array, each with the line it starts on;
     an element that is not an object is a ``BadRecord``, a broken array a ``DataError``."""
     # A JSON array cannot be streamed with the standard library: decode element by element to keep lines.
     # A broken array cannot be resynchronised, so its errors concern the file from that point on.

@@ -1,4 +1,6 @@
-"""JSON from untrusted files, bounded: nesting depth is checked before Python's recursive parser sees the text, and
+"""Bounded JSON parsing for untrusted files.
+
+JSON from untrusted files, bounded: nesting depth is checked before Python's recursive parser sees the text, and
 a record that is not one JSON object says what it is instead."""
 
 from __future__ import annotations

@@ -250,7 +250,9 @@ def _number(text: str) -> Any:
 
 
 def _check_spelling(source: Source, task: TaskConfig, raw: Any, label: str, path: str, line: int) -> None:
-    """One spelling per class in a file: '1' beside '1.0', or an id beside its class name, is an error naming
+    """Check that a file spells each class one way.
+
+    One spelling per class in a file: '1' beside '1.0', or an id beside its class name, is an error naming
     both lines (read as written they would be two classes, or the file mixes two conventions)."""
     spelling = str(raw).strip()
     number = _number(label) if label == spelling else None

@@ -82,7 +82,9 @@ def train_tokenizer(texts: Iterable[str | list[str]], cfg: TokenizerConfig) -> T
 
 
 def load_pretrained_tokenizer(name_or_path: str) -> Tokenizer:
-    """The ``tokenizers`` backend of a Hugging Face tokenizer (id or local path). A tokenizer that needs custom
+    """Load a Hugging Face tokenizer's ``tokenizers`` backend.
+
+    The ``tokenizers`` backend of a Hugging Face tokenizer (id or local path). A tokenizer that needs custom
     code is refused (it is never run), as is one that cannot be loaded: one-line UserErrors."""
     path = Path(name_or_path)
     if path.is_file():
@@ -176,7 +178,9 @@ class TextEncoder:
 
     @classmethod
     def for_model(cls, tokenizer: Tokenizer, model: ModelConfig, max_length: int) -> TextEncoder:
-        """The encoder a model of this config reads: words joined as text for a pretrained trunk, tags read at
+        """The text encoder a model of this config reads with.
+
+        The encoder a model of this config reads: words joined as text for a pretrained trunk, tags read at
         ``model.word_token`` ('auto' resolved)."""
         return cls(tokenizer, max_length, words_as_text=model.trunk.enabled, word_token=model.word_token_position)
 
@@ -279,7 +283,9 @@ class TextEncoder:
         return [number.get(w, -1) for w in enc.word_ids]
 
     def save(self, directory: str | Path) -> None:
-        """tokenizer.json, whole or not at all (the tokenizers library writes in place and reports a full disk as a
+        """Write tokenizer.json atomically.
+
+        tokenizer.json, whole or not at all (the tokenizers library writes in place and reports a full disk as a
         bare Exception)."""
         from mtl_decoder.files import atomic_write_text
 
@@ -296,7 +302,9 @@ class TextEncoder:
 
 
 def _word_of(start: int, end: int, word_ends: list[int], n_words: int) -> int:
-    """The word of words joined by single spaces that a token with these offsets belongs to: the word its last
+    """The word a token belongs to, from its character offsets.
+
+    The word of words joined by single spaces that a token with these offsets belongs to: the word its last
     character lies in; a token that is only the space before a word (byte-level BPE puts one before digits)
     belongs to the word after it."""
     last = max(start, end - 1)

@@ -1,4 +1,6 @@
-"""Per-word features that need no vocabulary file: character ids, a word-shape class and hashed sparse
+"""Per-word features that need no vocabulary file.
+
+Character ids, a word-shape class and hashed sparse
 features (the lower-cased word, its prefixes and suffixes) like those of a feature-based CRF tagger.
 
 Sub-word ids alone overfit names seen in training; the characters, affixes and shape of a word (capitalised,
@@ -75,7 +77,9 @@ WORD_IDENTITY_FEATURES = 2
 
 
 def hashed_features(word: str, buckets: int) -> list[int]:
-    """Ids in 1..buckets-1 (0 is padding) of the word as written, lower-cased, and its lower-cased prefixes and
+    """Hashed feature ids of a word and its affixes.
+
+    Ids in 1..buckets-1 (0 is padding) of the word as written, lower-cased, and its lower-cased prefixes and
     suffixes of 2-4 characters. crc32, not hash(): ids must not change between processes."""
     low = word.lower()
     names = (  # the word itself first: WORD_IDENTITY_FEATURES

@@ -1,4 +1,6 @@
-"""Pre-tokenised word lists encoded from each distinct word's cached sub-words: what ``TextEncoder`` does for a
+"""Word lists encoded from each distinct word's cached sub-words.
+
+Pre-tokenised word lists encoded from each distinct word's cached sub-words: what ``TextEncoder`` does for a
 native model's word lists, without a tokenizer call and an alignment pass per sentence.
 
 A tokenizer given pre-tokenised words (``is_pretokenized``) normalises, pre-tokenises and splits each word on its

@@ -1,4 +1,6 @@
-"""The checks of ``diagnose`` that turn numbers into verdicts: collapsed norms, diagonal-stuck heads, saturated
+"""The checks of ``diagnose`` that turn numbers into verdicts.
+
+Collapsed norms, diagonal-stuck heads, saturated
 experts, gate balance (from the utilisation report), and the padding-leak test.
 
 | code                 | severity | what it means                                                              |
@@ -163,7 +165,9 @@ def widen(batch: dict[str, Any], extra: int, pad_id: int) -> dict[str, Any]:
 def padding_leak(
     model: torch.nn.Module, batch: dict[str, Any], tasks: list[str], vocab_size: int, pad_id: int, seed: int = 0
 ) -> dict[str, float]:
-    """Largest change, per task, of a real token's (or an example's) output when the padded positions hold
+    """How much padded positions leak into each task's outputs.
+
+    Largest change, per task, of a real token's (or an example's) output when the padded positions hold
     random token ids instead of padding; the batch is first widened so every row has padding."""
     padded = widen(batch, EXTRA_PADDING, pad_id)
     real = padded["attention_mask"].bool()

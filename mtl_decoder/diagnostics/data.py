@@ -73,7 +73,9 @@ def debug_data(
     max_overlap: float = MAX_OVERLAP,
     max_mislabelled: float = MAX_MISLABELLED,
 ) -> DataReport:
-    """Read every split of ``config``'s tasks (counting problems instead of stopping), train the tokenizer as
+    """Read and describe the data of a config's tasks.
+
+    Read every split of ``config``'s tasks (counting problems instead of stopping), train the tokenizer as
     training would, and describe the data. ``max_overlap``: the share of a validation/test split that may repeat
     train exactly (same labels) before it is an error; ``max_mislabelled``: the share that may repeat train with
     other labels before it is an error (below it, a warning)."""
@@ -101,7 +103,9 @@ def _tokenizer_kind(config: ExperimentConfig) -> str:
 
 
 def _encoder(config: ExperimentConfig, train_reads: list[SourceRead]) -> TextEncoder | None:
-    """The config's tokenizer (trained on the readable train sources), with no length limit, so lengths are the
+    """The config's tokenizer without a length limit, or None.
+
+    The config's tokenizer (trained on the readable train sources), with no length limit, so lengths are the
     untruncated ones; None when no train data could be read."""
     if not train_reads:
         return None

@@ -1,4 +1,6 @@
-"""The findings of ``debug-data``: the statistics of ``diagnostics.data`` turned into ranked errors, warnings and
+"""The findings of ``debug-data``.
+
+The statistics of ``diagnostics.data`` turned into ranked errors, warnings and
 notes. Each rule is one small function; ``harm`` is the share of the data concerned, weighted by how directly the
 problem reaches the model's training signal or its scores.
 
@@ -157,7 +159,9 @@ def length_findings(where: str, stats: dict[str, Any], max_length: int) -> list[
 
 
 def whitespace_findings(where: str, stats: dict[str, Any]) -> list[Finding]:
-    """Words whose first sub-word is a lone whitespace piece (byte-level BPE's 'Ġ' before a number, a SentencePiece
+    """Findings on words whose first sub-word is a lone whitespace piece.
+
+    Words whose first sub-word is a lone whitespace piece (byte-level BPE's 'Ġ' before a number, a SentencePiece
     '▁'): never read (data/alignment.py), but the share says how much 'first' sub-word reading depends on it."""
     led = stats.get("whitespace_led_words", 0)
     if not led:

@@ -1,4 +1,6 @@
-"""The terminal view of a ``debug-data`` report: a table per task, overlap with train, shared files, then the
+"""The terminal view of a ``debug-data`` report.
+
+A table per task, overlap with train, shared files, then the
 findings ranked by harm and a one-line verdict. Rendered from the report's JSON content alone."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Findings: what a diagnostic check concluded, with how much it is likely to hurt, so every command can rank
+"""Findings: what a diagnostic check concluded, and how much it is likely to hurt.
+
+Findings: what a diagnostic check concluded, with how much it is likely to hurt, so every command can rank
 its warnings the same way and turn errors into an exit status.
 
 Severity: ``error`` (training or evaluation will fail, or its numbers cannot be trusted: a pipeline should stop),

@@ -1,4 +1,6 @@
-"""``diagnose``: what a trained model does inside, on a few examples of a split, and how that moved over a run's
+"""``diagnose``: what a trained model does inside.
+
+``diagnose``: what a trained model does inside, on a few examples of a split, and how that moved over a run's
 checkpoints.
 
     mtl-decoder diagnose --model RUN/best [--split validation] [--data TASK=PATH ...] [--output DIR]
@@ -77,7 +79,9 @@ def diagnose(
     device: str | torch.device | None = None,
     profile: bool = True,
 ) -> DiagnoseResult:
-    """Diagnose the model in ``model_dir`` on the first ``examples`` examples per task of ``split`` (or of the
+    """Diagnose a saved model on a few examples per task.
+
+    Diagnose the model in ``model_dir`` on the first ``examples`` examples per task of ``split`` (or of the
     files ``data`` names, as in ``evaluate``); writes the report to ``output_dir`` (default MODEL/diagnose).
     ``profile``: also profile one forward pass (a few seconds on a CPU)."""
     out_dir = _output_dir(output_dir, Path(model_dir) / OUTPUT_DIR, model_dir)
@@ -99,7 +103,9 @@ def diagnose_checkpoints(
     device: str | torch.device | None = None,
     profile: bool = True,
 ) -> DiagnoseResult:
-    """``diagnose`` on every checkpoint of a run, oldest first: a timeline of the main numbers, and the full
+    """``diagnose`` on every checkpoint of a run.
+
+    ``diagnose`` on every checkpoint of a run, oldest first: a timeline of the main numbers, and the full
     report of the latest checkpoint. The run's config, tokenizer and labels come from RUN/best."""
     run = RunDirectory(run_dir)
     found = checkpoint_dirs(run.checkpoints)
@@ -136,7 +142,9 @@ def _output_dir(given: str | Path | None, default: Path, model_dir: str | Path) 
 def diagnostic_batches(
     saved: SavedModel, split: str, data: Mapping[str, str | Path] | Iterable[str] | None, examples: int
 ) -> tuple[list[Batch], dict[str, tuple[int, str]]]:
-    """The first ``examples`` examples of each source of ``split`` (each task's own file, or --data's), collated
+    """The batches ``diagnose`` runs.
+
+    The first ``examples`` examples of each source of ``split`` (each task's own file, or --data's), collated
     without labels in the run's eval batch size, and per task (examples, source); tasks with no such split are
     left out."""
     if split not in SPLITS:
@@ -229,7 +237,9 @@ def inspect_model(saved: SavedModel, batches: list[Batch]) -> tuple[dict[str, An
 
 
 def timeline_row(checkpoint: Path, sections: dict[str, Any], findings: list[Finding]) -> dict[str, Any]:
-    """One checkpoint's headline numbers: residual-stream RMS per norm, mean attention entropy per module, the
+    """One checkpoint's headline numbers.
+
+    Residual-stream RMS per norm, mean attention entropy per module, the
     most saturated expert, the least balanced gate, the padding leak and the fault codes."""
     gate_entropy = [
         s["normalised_entropy"]

@@ -1,4 +1,6 @@
-"""``overfit``: after any change to the model, can it still learn one small batch by heart, and does the saved
+"""``overfit``: check that the model can learn one small batch by heart.
+
+``overfit``: after any change to the model, can it still learn one small batch by heart, and does the saved
 model give back what it learned?
 
     mtl-decoder overfit --config CFG [--steps N] [--threshold X] [--examples K] [--lr LR] [key=value ...]
@@ -90,7 +92,9 @@ def overfit(
     lr: float = OVERFIT_LR,
     device: str | torch.device | None = None,
 ) -> OverfitResult:
-    """Fit one batch of ``examples`` train examples per task for at most ``steps`` steps; see the module
+    """Fit one small batch per task.
+
+    Fit one batch of ``examples`` train examples per task for at most ``steps`` steps; see the module
     docstring for the checks. Never raises for a failed check (the result says which); bad data or settings are
     a UserError."""
     if steps < 1 or examples < 1 or lr <= 0 or threshold <= 0:
@@ -114,7 +118,9 @@ def overfit(
 
 
 def one_batch(cfg: ExperimentConfig, examples: int) -> tuple[list[Example], TextEncoder, dict[str, list[str]]]:
-    """The train split read and checked as ``train`` reads it, its label sets and tokenizer, and the first
+    """The train split's first examples, their encoder and label sets.
+
+    The train split read and checked as ``train`` reads it, its label sets and tokenizer, and the first
     ``examples`` examples of every task: (examples, encoder, label sets)."""
     train = load_split(cfg.tasks, "train", repair_iob=cfg.data.repair_iob)
     label_sets = {t.name: infer_labels(t, s.examples) for s in train for t in s.tasks}
@@ -126,9 +132,11 @@ def one_batch(cfg: ExperimentConfig, examples: int) -> tuple[list[Example], Text
 
 @contextmanager
 def one_thread(device: torch.device) -> Iterator[None]:
-    """One intra-op thread on a CPU for the duration: a batch of a few short sentences gains nothing from a
-    second thread and loses much when another process holds a core (on the 2-core machine this was built on,
-    a demo step took 0.11 s with one thread and 0.53 s with two while another job ran)."""
+    """One intra-op thread on a CPU for the duration.
+
+    A batch of a few short sentences gains nothing from a
+    second thread and loses much when another process holds a core (a demo step can take several times as long
+    with two threads while another job runs)."""
     if device.type != "cpu":
         yield
         return
@@ -204,7 +212,9 @@ def _to(value: Any, device: torch.device) -> Any:
 def fit(
     model: nn.Module, batch: dict[str, Any], tasks: list[str], steps: int, threshold: float, lr: float
 ) -> tuple[dict[str, dict[str, float]], int, str | None]:
-    """Train on ``batch`` until every task's loss is below ``threshold`` (or ``steps`` run out): per-task loss
+    """Train on one batch until every task's loss is below a threshold.
+
+    Train on ``batch`` until every task's loss is below ``threshold`` (or ``steps`` run out): per-task loss
     history (first, best, last seen), steps taken, and the first failure (a task without or with a non-finite
     loss), else None."""
     settings = TrainingConfig(lr=lr, weight_decay=0.0)

@@ -179,7 +179,9 @@ def unseen_entities(train: list[Example], held_out: list[Example], task: str) ->
 
 
 def shared_files(tasks: dict[str, TaskConfig]) -> list[dict[str, Any]]:
-    """Files (or hub splits) that more than one (task, split) reads, with who reads them; ``leak`` is set where
+    """Files that more than one task and split read.
+
+    Files (or hub splits) that more than one (task, split) reads, with who reads them; ``leak`` is set where
     one task's train file is another's (or its own) validation or test file."""
     readers: dict[str, list[tuple[str, str]]] = {}
     for name, task in tasks.items():

@@ -1,4 +1,6 @@
-"""Forward hooks that watch a model's inside while it runs: sub-layer output norms, attention entropy, and the
+"""Forward hooks that watch a model's inside while it runs.
+
+Sub-layer output norms, attention entropy, and the
 saturation of the experts' SwiGLU units. Modules are found by type (norms, ``SelfAttention``, ``ExpertBlock``,
 ``ExpertGroup``, ``SwiGLU``) and named by their path in the model (``layers.1.attn``), so any trunk built from
 these pieces is covered.
@@ -137,7 +139,9 @@ class SaturationStats:
 
 
 class Probes:
-    """Hooks on every norm, attention, expert block and expert group of ``model``; use as a context manager
+    """Hooks on every norm, attention, expert block and expert group of a model.
+
+    Hooks on every norm, attention, expert block and expert group of ``model``; use as a context manager
     around forward passes, calling ``finish(attention_mask, out)`` after each."""
 
     def __init__(self, model: nn.Module):
@@ -237,7 +241,9 @@ class Probes:
     # ------------------------------------------------------------------------------------------ after a forward
 
     def finish(self, attention_mask: torch.Tensor, out: Any) -> None:
-        """Keep the real tokens of every (rows, T) value recorded during the forward just run; a value whose rows
+        """Keep the real tokens of the values recorded during the last forward.
+
+        Keep the real tokens of every (rows, T) value recorded during the forward just run; a value whose rows
         are none of the batch's, the layout's or its shared bottom's is dropped (counted in ``unmapped``)."""
         layouts = _row_layouts(getattr(out, "layout", None))
         for item in self.pending:
@@ -298,7 +304,9 @@ def _row_layouts(layout: Any) -> list[torch.Tensor]:
 
 
 def _row_mask(rows: int, attention_mask: torch.Tensor, row_examples: list[torch.Tensor]) -> torch.Tensor | None:
-    """(rows, T) real-token mask of a tensor whose rows are the batch's examples or one of the layout's row
+    """The real-token mask of a tensor's rows, or None.
+
+    (rows, T) real-token mask of a tensor whose rows are the batch's examples or one of the layout's row
     sets; None when the row count matches none of them."""
     for row_example in row_examples:
         if rows == row_example.shape[0]:
@@ -316,7 +324,9 @@ def _attention_inputs(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Te
 def attention_weights(
     module: SelfAttention, x: torch.Tensor, mask: torch.Tensor | None, rope: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(QK^T / sqrt(D)) as the module computes it inside SDPA, in float32: (R, H, T, T) weights and the
+    """An attention module's weights, recomputed in float32.
+
+    softmax(QK^T / sqrt(D)) as the module computes it inside SDPA, in float32: (R, H, T, T) weights and the
     (R, H, T) number of keys each query may see (mask and causal mode applied)."""
     R, T, C = x.shape
     H = module.n_heads

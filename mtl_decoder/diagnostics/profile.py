@@ -1,4 +1,6 @@
-"""Where one forward pass spends its time: torch.profiler over a forward whose modules are labelled by module
+"""Where one forward pass spends its time.
+
+torch.profiler over a forward whose modules are labelled by module
 hooks (``record_function`` ranges), so the breakdown follows the model's pieces whatever its trunk.
 
 Categories (inclusive times of the labelled modules): attention (``SelfAttention``), experts (each
@@ -99,7 +101,9 @@ class _Labels:
 
 @contextmanager
 def native_stderr_silenced() -> Iterator[None]:
-    """File descriptor 2 pointed at /dev/null for the duration: torch's profiler (kineto) writes a
+    """Silence file descriptor 2 for the duration.
+
+    File descriptor 2 pointed at /dev/null for the duration: torch's profiler (kineto) writes a
     'profiler_start'/'profiler_stop' line to it from C++ per session, which no logging setting turns off."""
     sys.stderr.flush()
     try:
@@ -138,7 +142,9 @@ def wall_time_ms(model: nn.Module, batch: dict[str, Any], tasks: list[str], repe
 
 @torch.no_grad()
 def profile_forward(model: nn.Module, batch: dict[str, Any], tasks: list[str], repeats: int = 3) -> dict[str, Any]:
-    """Milliseconds per category of one forward pass (the mean of ``repeats``; see the module docstring), and the
+    """Milliseconds per category of one forward pass.
+
+    Milliseconds per category of one forward pass (the mean of ``repeats``; see the module docstring), and the
     forward's wall time without the profiler."""
     from torch.profiler import ProfilerActivity, profile, record_function
 

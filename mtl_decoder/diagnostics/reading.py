@@ -69,7 +69,9 @@ class SourceRead:
 
 
 def read_all_splits(tasks: dict[str, TaskConfig]) -> tuple[dict[str, list[SourceRead]], list[tuple[str, str]]]:
-    """Every split every task names, read with counting. Returns split -> sources, and the (task, split) pairs the
+    """Read every split every task names, counting problems.
+
+    Every split every task names, read with counting. Returns split -> sources, and the (task, split) pairs the
     tasks leave unset."""
     reads: dict[str, list[SourceRead]] = {}
     missing = []
@@ -81,7 +83,9 @@ def read_all_splits(tasks: dict[str, TaskConfig]) -> tuple[dict[str, list[Source
 
 
 def read_counting(source: Source, split: str) -> SourceRead:
-    """Read one source to its end; problems are counted on the result, never raised (a whole-file problem, such
+    """Read one source to its end, counting problems.
+
+    Read one source to its end; problems are counted on the result, never raised (a whole-file problem, such
     as a missing file, is kept in ``error``)."""
     read = SourceRead(split, source)
     try:

@@ -1,4 +1,6 @@
-"""diagnose.md: the readable view of a diagnose.json, rendered from its content alone (so the report can be
+"""diagnose.md: the readable view of a diagnose.json.
+
+diagnose.md: the readable view of a diagnose.json, rendered from its content alone (so the report can be
 rebuilt from the JSON and always shows the same numbers)."""
 
 from __future__ import annotations

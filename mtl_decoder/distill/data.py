@@ -1,4 +1,6 @@
-"""The student's side of the teacher targets: the transfer set's texts, each example's targets on the student's
+"""The student's side of the teacher targets.
+
+The transfer set's texts, each example's targets on the student's
 own words, and the collator that pads them beside the gold labels.
 
 Targets are per word (tags) and per text (classes), never per token, so the student's tokenizer need not be the
@@ -32,7 +34,9 @@ class DistilledExample(EncodedExample):
 
 
 def read_unlabelled(paths: list[str], limit: int | None) -> list[tuple[str, list[Item]]]:
-    """(path, texts) of each unlabelled file, read whole through predict's readers (any format it reads); a bad
+    """Read the unlabelled files of the transfer set.
+
+    (path, texts) of each unlabelled file, read whole through predict's readers (any format it reads); a bad
     record stops the run naming its file and line, so no text is dropped silently."""
     out = []
     for path in paths:
@@ -78,7 +82,9 @@ def attach_targets(
     kinds: dict[str, str],
     columns: dict[str, list[int]] | None = None,
 ) -> list[DistilledExample]:
-    """Each encoded student example (of ``items``, in order) with its teacher targets on its own words, and in
+    """Attach the teacher targets to each encoded student example.
+
+    Each encoded student example (of ``items``, in order) with its teacher targets on its own words, and in
     its own label order: ``columns[task]`` lists the teacher's column of each student label (default: the same)."""
     raw = [i for i, item in enumerate(items) if isinstance(item, str)]
     spans = dict(zip(raw, (e.spans for e in encoder.encode_batch([items[i] for i in raw])), strict=True))
@@ -112,7 +118,9 @@ def encode_items(items: list[Item], encoder: TextEncoder) -> list[EncodedExample
 
 
 class DistillCollator:
-    """The trainer's collator, plus ``targets``: task -> (probabilities, mask): tagging (B, W, L), (B, W);
+    """The trainer's collator plus the teacher targets.
+
+    The trainer's collator, plus ``targets``: task -> (probabilities, mask): tagging (B, W, L), (B, W);
     classification (B, L), (B,)."""
 
     def __init__(self, base: Collator, kinds: dict[str, str], label_counts: dict[str, int]):

@@ -52,7 +52,9 @@ def tagging_divergence(
     teacher_mask: torch.Tensor,
     spec: DistillLossSpec,
 ) -> torch.Tensor | None:
-    """Mean over texts of the mean over their words: emissions (n, W, L), word_mask (n, W) the student's words;
+    """The divergence of the student's tags from the teacher's.
+
+    Mean over texts of the mean over their words: emissions (n, W, L), word_mask (n, W) the student's words;
     teacher (n, W', L), teacher_mask (n, W') the words with a teacher target. None where no word has both."""
     W = max(emissions.shape[1], teacher.shape[1])
     emissions, teacher = _pad_words(emissions, W), _pad_words(teacher, W)

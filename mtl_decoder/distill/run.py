@@ -1,4 +1,6 @@
-"""Distillation: a fast student learns its tasks from a slow teacher's soft targets, on the labelled data and on
+"""Distillation: a fast student learns from a slow teacher's soft targets.
+
+Distillation: a fast student learns its tasks from a slow teacher's soft targets, on the labelled data and on
 unlabelled text of the same kind (the transfer set).
 
     mtl-decoder distill --teacher RUN/best --config STUDENT.yaml [--unlabelled FILE ...] [--output-dir DIR]
@@ -55,7 +57,9 @@ def distill(
     resume: bool = False,
     overwrite: bool = False,
 ) -> TrainResult:
-    """Distil ``teacher`` (a saved model folder; default: distill.teacher) into the student ``config``;
+    """Distil a teacher into a student.
+
+    Distil ``teacher`` (a saved model folder; default: distill.teacher) into the student ``config``;
     ``unlabelled`` (default: distill.unlabelled) are the transfer set's files. Returns what ``train`` returns."""
     if not isinstance(config, ExperimentConfig):
         config = load_config(config, list(overrides))
@@ -72,7 +76,9 @@ def distill(
 
 
 def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | None = None) -> ExperimentConfig:
-    """The student's config with its teacher recorded (folder, fingerprint) and, for a task without a ``labels``
+    """Check a teacher-student pair and record the teacher.
+
+    The student's config with its teacher recorded (folder, fingerprint) and, for a task without a ``labels``
     list, the teacher's; a one-line UserError where the pair cannot be distilled. Reads the teacher's config and
     labels only. A task's labels stay in the student's order (the ids in its files are read through it); the
     teacher's targets are put in that order when attached (``label_columns``)."""
@@ -128,7 +134,9 @@ def label_columns(teacher: Path, label_sets: dict[str, list[str]]) -> dict[str, 
 
 
 def _stored_teacher_hash(run_dir: Path) -> str | None:
-    """The teacher fingerprint a run to resume was distilled with (None: not a distilled run, or no run there;
+    """The teacher fingerprint a run to resume was distilled with.
+
+    The teacher fingerprint a run to resume was distilled with (None: not a distilled run, or no run there;
     the trainer's own resume checks report those)."""
     run = RunDirectory(run_dir)
     if not run.config.is_file():

@@ -57,7 +57,9 @@ ROW_SUM_TOLERANCE = 0.02
 
 
 def check_targets(tensors: dict[str, torch.Tensor], shapes: dict[str, tuple[int, int]] | None = None) -> str | None:
-    """Why tensors read from a target shard are not targets, or None. Each task part: float16 probabilities whose
+    """Why tensors read from a target shard are not targets, or None.
+
+    Each task part: float16 probabilities whose
     rows sum to 1, of ``shapes[task]`` = (dimensions, labels) for the tasks it names ((L,) a class, (W, L) tags),
     which every entry holds; each SPANS part: (W, 2) int32 character spans."""
     parts: dict[str, set[str]] = {}
@@ -83,7 +85,9 @@ def check_targets(tensors: dict[str, torch.Tensor], shapes: dict[str, tuple[int,
 
 
 class TargetStore:
-    """Text key -> {task or SPANS: tensor}, in memory and in a folder of safetensors shards (``ShardedStore``,
+    """The teacher targets by text, in memory and on disk.
+
+    Text key -> {task or SPANS: tensor}, in memory and in a folder of safetensors shards (``ShardedStore``,
     every shard checked with ``check_targets`` when read). ``shapes``: task -> (dimensions, labels) of the
     targets read (1: a class, 2: tags), checked in every shard."""
 
@@ -109,7 +113,9 @@ class TargetStore:
         return self.memory[key]
 
     def load(self, keys: list[str]) -> None:
-        """Read (and so check) every shard holding one of ``keys``: an entry of a damaged shard is then absent and
+        """Read every shard that holds one of the keys.
+
+        Read (and so check) every shard holding one of ``keys``: an entry of a damaged shard is then absent and
         is computed again, before any training relies on it."""
         for shard in sorted({self.disk.location[k] for k in keys if k not in self.memory and k in self.disk}):
             self._load_shard(shard)
@@ -190,7 +196,9 @@ class TeacherLabeller:
 
 
 def align(teacher_spans: torch.Tensor, student_spans: list[tuple[int, int]]) -> list[int]:
-    """For each student word of a raw text, the teacher word it starts in (the last teacher word starting at or
+    """The teacher word each student word starts in.
+
+    For each student word of a raw text, the teacher word it starts in (the last teacher word starting at or
     before it); -1 past the words the teacher read (it truncates at its own maximum length)."""
     starts = teacher_spans[:, 0].tolist()
     ends = teacher_spans[:, 1].tolist()

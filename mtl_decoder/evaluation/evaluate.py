@@ -220,7 +220,9 @@ def select_tasks(tasks: Iterable[str] | str | None, overrides: dict[str, str], k
 
 
 def with_overrides(cfg: ExperimentConfig, split: str, overrides: dict[str, str]) -> dict[str, TaskConfig]:
-    """The run's tasks, with ``data.<split>`` of the overridden ones pointing at the given local file (their
+    """The run's tasks with some splits pointed at given local files.
+
+    The run's tasks, with ``data.<split>`` of the overridden ones pointing at the given local file (their
     columns, labels and kind unchanged, so the file is read exactly as the task's own split would be)."""
     tasks = dict(cfg.tasks)
     for name, path in overrides.items():

@@ -1,4 +1,6 @@
-"""Per-task metrics: seqeval for entities (conlleval-compatible default mode and strict IOB2), scikit-learn
+"""Per-task metrics: seqeval for entities, scikit-learn for classes.
+
+Per-task metrics: seqeval for entities (conlleval-compatible default mode and strict IOB2), scikit-learn
 for classes. Training-time validation and ``evaluate`` both call these, so their numbers agree."""
 
 from __future__ import annotations

@@ -51,7 +51,9 @@ def _prf(correct: int, predicted: int, gold: int) -> dict[str, Any]:
 def seen_unseen_metrics(
     words: list[list[str]], gold: list[list[str]], pred: list[list[str]], seen: set[str]
 ) -> dict[str, Any]:
-    """Precision, recall, F1 of the mentions seen in training and of those not, overall and per entity type,
+    """Scores of the mentions seen in training and of those not.
+
+    Precision, recall, F1 of the mentions seen in training and of those not, overall and per entity type,
     with the share of gold mentions unseen."""
     counts: dict[tuple[str, str], list[int]] = {}  # (side, type) -> [correct, predicted, gold]
 
@@ -124,7 +126,9 @@ def slice_metrics(words: list[list[str]], gold: list[list[str]], pred: list[list
 def training_surfaces(
     tasks: dict[str, TaskConfig], names: list[str], given: dict[str, str], repair_iob: bool
 ) -> tuple[dict[str, set[str]], list[str]]:
-    """Task -> the entity surfaces of its training file (``given[task]``, else the run's train split when it is a
+    """The entity surfaces of each task's training file.
+
+    Task -> the entity surfaces of its training file (``given[task]``, else the run's train split when it is a
     local file that is still there), and a note for each tagging task that has none."""
     for name in given:
         if name not in names or tasks[name].kind != TAGGING:
@@ -153,7 +157,9 @@ def replace_split(task: TaskConfig, split: str, path: str | Path) -> TaskConfig:
 
 
 class Analyser:
-    """The ``analyse`` hook of score_sources: per tagging task, the hard slices and, where a training file is
+    """The ``analyse`` hook of score_sources: hard slices and seen/unseen F1.
+
+    The ``analyse`` hook of score_sources: per tagging task, the hard slices and, where a training file is
     known, seen/unseen F1; ``results`` holds them by task."""
 
     def __init__(self, seen: dict[str, set[str]]):

@@ -15,7 +15,9 @@ from mtl_decoder.config import SHARED
 
 
 def _safe(name: str) -> str:
-    """A file-name form of a task or layer name: the name itself when it is letters, digits, '_', '.' and '-'; else
+    """A file-name form of a task or layer name.
+
+    The name itself when it is letters, digits, '_', '.' and '-'; else
     those kept, the rest '_', and 8 hex digits of the name's SHA-256, so that two names never share a file
     ('实体' and '情感' would both be '_') and a name always gets the same one."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
@@ -49,7 +51,9 @@ def write_plots(metrics: dict[str, Any], plots_dir: Path) -> list[Path]:
 
 
 def _heatmap(plt, layer: str, gates: dict[str, dict[str, Any]], plots_dir: Path) -> Path:
-    """Rows: gates; columns: every expert of the layer (task experts, then shared); blank where a gate does
+    """Draw and save the heat map of one layer.
+
+    Rows: gates; columns: every expert of the layer (task experts, then shared); blank where a gate does
     not see an expert."""
     fig = heatmap_figure(plt, layer, gates)
     path = plots_dir / f"experts_{_safe(layer)}.png"
@@ -59,7 +63,9 @@ def _heatmap(plt, layer: str, gates: dict[str, dict[str, Any]], plots_dir: Path)
 
 
 def heatmap_figure(plt, layer: str, gates: dict[str, dict[str, Any]]):
-    """The heat map of one layer as a figure, sized to what it holds: its height has room for the title, the
+    """The heat map of one layer as a figure.
+
+    The heat map of one layer as a figure, sized to what it holds: its height has room for the title, the
     expert names (slanted) and the axis label however few gates the layer has (the last PLE layer has no shared
     gate), its width for the gate names and the colour bar."""
     import numpy as np

@@ -22,7 +22,9 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 
 def _rows(metrics: dict[str, Any], mark: str = "*") -> list[list[str]]:
-    """One row per task: name, examples, then every table column ('-' where the task's kind lacks it); the
+    """The table's rows, one per task.
+
+    One row per task: name, examples, then every table column ('-' where the task's kind lacks it); the
     task's primary metric is marked with '*'."""
     rows = []
     for name, m in metrics["tasks"].items():

@@ -143,7 +143,9 @@ class UtilisationTracker:
                 layer_stats[gate].add(weights, layout.token_position[span])
 
     def merge(self, shares: list[list[dict[str, GateStats]]]) -> None:
-        """The statistics of every process's share (``stats`` of each, in rank order; this one's among them) in
+        """Merge every process's statistics into this one.
+
+        The statistics of every process's share (``stats`` of each, in rank order; this one's among them) in
         place of this one's: the sums of one process over all the examples, up to float rounding."""
         merged: list[dict[str, GateStats]] = [{} for _ in self.blocks]
         for share in shares:

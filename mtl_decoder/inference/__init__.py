@@ -1,4 +1,6 @@
-"""Running a trained model: the ``Predictor`` (the one prediction path, used by training-time validation,
+"""Running a trained model: the Predictor and its options.
+
+Running a trained model: the ``Predictor`` (the one prediction path, used by training-time validation,
 ``evaluate`` and ``predict``), the ``InferenceOptions`` every inference path takes, and its precisions."""
 
 from mtl_decoder.inference.options import PRECISIONS, InferenceOptions, autocast_dtype

@@ -1,4 +1,6 @@
-"""Applying a gate table (built by ``gate_table.build_gate_table``; see that module for what it holds): every expert
+"""Applying a gate table to a loaded model's expert blocks.
+
+Applying a gate table (built by ``gate_table.build_gate_table``; see that module for what it holds): every expert
 block of a loaded model reads its gate weights from the table, except near a bucket edge, drops the experts left
 under the threshold, and runs each expert only on the tokens that still read it. ``remove_gate_table`` restores
 the exact blocks.
@@ -30,7 +32,9 @@ def apply_gate_table(
     threshold: float | None = None,
     edge_margin: float | None = None,
 ) -> GateStats:
-    """Make every expert block of ``saved``'s model use the table (until ``remove_gate_table``); ``threshold`` and
+    """Make every expert block of a saved model use a gate table.
+
+    Make every expert block of ``saved``'s model use the table (until ``remove_gate_table``); ``threshold`` and
     ``edge_margin`` default to the table's. Returns the counters the blocks update."""
     if not isinstance(table, GateTable):
         table = GateTable.load(table)
@@ -71,7 +75,9 @@ def remove_gate_table(saved: SavedModel) -> None:
 
 
 class _TableBlock:
-    """An expert block's forward with table gates and skipped experts (same inputs and outputs as
+    """An expert block's forward with table gates and skipped experts.
+
+    An expert block's forward with table gates and skipped experts (same inputs and outputs as
     ``ExpertBlock.forward``)."""
 
     def __init__(self, block: ExpertBlock, entries: dict[str, GateEntry], threshold: float, margin: float, stats):

@@ -1,4 +1,6 @@
-"""The gate table: an opt-in inference mode that reads cached gate weights instead of running the gates, and skips
+"""The gate table: cached gate weights read instead of running the gates.
+
+The gate table: an opt-in inference mode that reads cached gate weights instead of running the gates, and skips
 the experts those weights leave under a threshold.
 
 ``build_gate_table`` runs a trained model over a sample of inputs and records, for every layer and gate, the norm
@@ -212,7 +214,9 @@ def build_gate_table(
     batch_size: int | None = None,
     sample: dict[str, Any] | None = None,
 ) -> GateTable:
-    """Run ``items`` (raw texts or word lists) through the model and bucket every gate's tokens by the norm of the
+    """Build a gate table by running texts through the model.
+
+    Run ``items`` (raw texts or word lists) through the model and bucket every gate's tokens by the norm of the
     gate's input; each bucket keeps its mean weights."""
     from mtl_decoder.inference.predictor import Predictor
 

@@ -40,7 +40,9 @@ def require(module: str, what: str) -> Any:
 
 
 def engine_forward(saved: Any, engine: str, precision: str) -> Callable[..., MTLOutput] | None:
-    """What a Predictor calls in place of the model for ``engine``: None for torch (the model itself), an
+    """What a Predictor calls in place of the model for an engine.
+
+    What a Predictor calls in place of the model for ``engine``: None for torch (the model itself), an
     ``OnnxForward`` of the saved folder's exported graph for onnx."""
     if engine not in ENGINES:
         raise UserError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -107,7 +109,9 @@ class OnnxForward:
         tasks: list[str] | None = None,
         **batch: Any,
     ) -> MTLOutput:
-        """``MultiTaskModel.forward`` without labels: ``tasks``' logits for every example, and the gates of the
+        """Run the exported graph as ``MultiTaskModel.forward`` without labels.
+
+        ``MultiTaskModel.forward`` without labels: ``tasks``' logits for every example, and the gates of the
         routes the torch model would run for them (over the real tokens, in its packed order)."""
         device = input_ids.device
         given = {"input_ids": input_ids, "attention_mask": attention_mask, **batch}

@@ -1,4 +1,6 @@
-"""The ONNX graph of a native model: the same function as ``MTLDecoder.forward`` for every task, written so that it
+"""The ONNX graph of a native model.
+
+The same function as ``MTLDecoder.forward`` for every task, written so that it
 exports with dynamic batch and length axes.
 
 ``MTLDecoder`` packs the real tokens of each route into one matrix (``RouteLayout``: sizes read from the data) and
@@ -52,7 +54,9 @@ def gate_names(model: nn.Module) -> list[tuple[int, str]]:
 
 
 def check_exportable(model: nn.Module | None, where: str) -> None:
-    """A UserError unless ``model`` is a native decoder whose every part the graph computes (None: a model known to
+    """Check that the ONNX graph computes every part of a model.
+
+    A UserError unless ``model`` is a native decoder whose every part the graph computes (None: a model known to
     have a pretrained trunk)."""
     from mtl_decoder.model.decoder import MTLDecoder
 
@@ -155,7 +159,9 @@ class DenseGraph(nn.Module):
     def _block(
         self, block: ExpertBlock, x: torch.Tensor, R: int, fork: bool
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """An expert block over every route's rows (x: (R * M, C), or at the fork the bottom's (M, C), which every
+        """An expert block over every route's rows, in exportable form.
+
+        An expert block over every route's rows (x: (R * M, C), or at the fork the bottom's (M, C), which every
         route reads): per gate, ``gate_weights`` over its route's tokens and ``mix_experts`` of the groups it mixes."""
         M = x.shape[0] // (1 if fork else R)  # slices, not chunk: the ONNX optimiser cannot fold a dynamic split
         routes = [x if fork else x[r * M : (r + 1) * M] for r in range(R)]

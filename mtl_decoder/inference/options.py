@@ -1,4 +1,6 @@
-"""How a saved model is run over new text: ``InferenceOptions``, built once from a command's flags or a function's
+"""How a saved model is run over new text: ``InferenceOptions``.
+
+How a saved model is run over new text: ``InferenceOptions``, built once from a command's flags or a function's
 keywords and checked before any model is loaded (``load_for_inference``, in loading.py, loads the model they run).
 
 Each default and each list of choices is stated here once: ``BATCH_SIZE``, ``PRECISIONS``, ``MAX_TOKENS``.
@@ -71,7 +73,9 @@ class InferenceOptions:
         return cls(**given)
 
     def checked(self, flags: bool = False) -> InferenceOptions:
-        """These options, each setting checked on its own (no model needed); a UserError naming the setting as a
+        """These options with each setting checked on its own.
+
+        These options, each setting checked on its own (no model needed); a UserError naming the setting as a
         command's flag (``flags``) or as a keyword."""
         name = (lambda key: FLAGS.get(key, key)) if flags else (lambda key: key)
         size = self.batch_size
@@ -102,7 +106,9 @@ class InferenceOptions:
 
 
 def check_max_tokens(max_tokens: int | None, name: str = "max_tokens") -> int | None:
-    """``max_tokens`` if it is None (the model's default) or a whole number >= 0 (0: no token bound), else a
+    """Check a ``max_tokens`` setting.
+
+    ``max_tokens`` if it is None (the model's default) or a whole number >= 0 (0: no token bound), else a
     UserError naming it as ``name`` (the keyword, or the flag ``--max-tokens`` at a command's entry point)."""
     if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0):
         raise UserError(f"{name} must be 0 (no token bound) or a positive number of sub-words, got {max_tokens!r}")
@@ -110,8 +116,10 @@ def check_max_tokens(max_tokens: int | None, name: str = "max_tokens") -> int | 
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of an inference precision on ``device``; a UserError for an unknown one, and for fp16
-    on a CPU, where torch runs it about 25x slower than fp32 (measured here): bf16 is the CPU's half precision."""
+    """The autocast dtype of an inference precision on a device.
+
+    The autocast dtype of an inference precision on ``device``; a UserError for an unknown one, and for fp16
+    on a CPU, where torch runs it far slower than fp32 (about 25x): bf16 is the CPU's half precision."""
     if precision not in PRECISIONS:
         raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp16" and device.type == "cpu":

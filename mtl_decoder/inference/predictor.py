@@ -1,4 +1,6 @@
-"""Predictions from a trained model for words or raw texts: the one code path used by training-time
+"""Predictions from a trained model for words or raw texts.
+
+The one code path used by training-time
 validation, ``evaluate`` and ``predict``, so their numbers agree.
 
 Inputs stream through a bounded buffer: encoded, grouped by length into batches, run, and given back in
@@ -125,9 +127,9 @@ class Predictor:
         ``workers``: threads that run batches side by side, each with its share of torch's intra-op threads on a
         CPU (None: ``default_workers``). A native model's batch spends a third of its time in Python (collating,
         decoding, and the caller writing results), which one thread per core overlaps with the other's matrix
-        products: on 2 CPU cores, 2 workers of 1 thread predict ~25% faster than 1 worker of 2. A pretrained
-        trunk's batch is one large matrix product: 1 worker with all of torch's threads (356 words/s against 184
-        with 2 workers, SmolLM2 on 2 cores). Predictions do not depend on it beyond float rounding.
+        products: with 2 CPU cores, 2 workers of 1 thread predict ~25% faster than 1 worker of 2. A pretrained
+        trunk's batch is one large matrix product: 1 worker with all of torch's threads (about twice the words per
+        second of 2 workers for SmolLM2). Predictions do not depend on it beyond float rounding.
         ``precision`` int8 quantises ``model`` in place (it stays int8)."""
         InferenceOptions(precision=precision, workers=workers, max_tokens=max_tokens).checked()  # before int8 in place
         if encoder.word_token != model.cfg.word_token_position:  # tags would be read where the model never learned
@@ -150,7 +152,9 @@ class Predictor:
 
     @classmethod
     def from_saved(cls, saved: SavedModel, options: InferenceOptions | None = None, **settings) -> Predictor:
-        """A Predictor for a loaded model folder, run with ``options`` (or InferenceOptions(**settings); their
+        """A Predictor for a loaded model folder.
+
+        A Predictor for a loaded model folder, run with ``options`` (or InferenceOptions(**settings); their
         batch_size defaults here to the run's data.eval_batch_size, the size training-time validation used, so
         ``evaluate`` reproduces it). A frozen trunk's state cache becomes an inference one: its folder under
         ``cache_dir`` (default the saved model's model.trunk.cache_dir, else $MTL_DECODER_CACHE/states, else
@@ -184,7 +188,9 @@ class Predictor:
 
     @property
     def default_workers(self) -> int:
-        """1 for a pretrained trunk (all torch's threads on its matrix products); else 2 where torch has 2 or more
+        """The default number of prediction workers for a model.
+
+        1 for a pretrained trunk (all torch's threads on its matrix products); else 2 where torch has 2 or more
         threads or a GPU is used, else 1."""
         if self.model.trunk_kind.pretrained:
             return 1
@@ -201,7 +207,9 @@ class Predictor:
         tasks: list[str] | None = None,
         on_batch: Callable[[MTLOutput, dict], None] | None = None,
     ) -> Iterator[Prediction]:
-        """One Prediction per item (a word list or a raw text), in input order. ``on_batch(output, batch)`` is
+        """One Prediction per item, in input order.
+
+        One Prediction per item (a word list or a raw text), in input order. ``on_batch(output, batch)`` is
         called for every batch, in order, in the calling thread."""
         tasks = list(tasks or self.model.task_names)
         was_training, threads = self.model.training, torch.get_num_threads()
@@ -268,7 +276,9 @@ class Predictor:
         return _Chunk(preds, best_score, batches, jobs)
 
     def _batches(self, pieces: list[_Piece]) -> list[list[_Piece]]:
-        """Length-sorted pieces cut into consecutive batches of at most ``batch_size`` rows and ``max_tokens``
+        """Cut length-sorted pieces into batches.
+
+        Length-sorted pieces cut into consecutive batches of at most ``batch_size`` rows and ``max_tokens``
         padded sub-words (a piece longer than that alone is a batch of its own)."""
         batches: list[list[_Piece]] = []
         for piece in pieces:
@@ -298,7 +308,9 @@ class Predictor:
         return chunk.preds
 
     def _windows(self, item: int, enc: Encoded) -> list[_Piece]:
-        """Overlapping word windows, each encoded and every word of it present whole; consecutive windows overlap by
+        """Overlapping word windows of an item.
+
+        Overlapping word windows, each encoded and every word of it present whole; consecutive windows overlap by
         about half. A window is first sized by the words' sub-word counts, then cut back to what its own encoding
         kept (words joined as text can take more sub-words together than apart). A word too long for any window
         is a window of its own with no word kept (counted untagged)."""
@@ -324,7 +336,9 @@ class Predictor:
 
     @torch.inference_mode()  # grad mode and autocast are thread-local: both are entered here, in the worker
     def _run_batch(self, pieces: list[_Piece], tasks: list[str], keep_outputs: bool) -> tuple:
-        """Collate and run one batch: (output, batch) if ``keep_outputs`` else (None, None), and per task the
+        """Collate and run one batch.
+
+        (output, batch) if ``keep_outputs`` else (None, None), and per task the
         (batch row, class probabilities or word-level tag ids) of each row of its output."""
         batch = self.collate([EncodedExample.unlabelled(p.encoded) for p in pieces])
         batch = {k: v.to(self.device) for k, v in batch.items()}
@@ -351,7 +365,9 @@ class Predictor:
         preds: list[Prediction],
         best_score: dict[str, dict[int, list[int]]],
     ) -> None:
-        """One batch's results into its items' predictions: a label from an item's first window; each word's
+        """Merge one batch's results into its items' predictions.
+
+        One batch's results into its items' predictions: a label from an item's first window; each word's
         tags from the window where the word sits most centrally (an item in one window: its tags as they are, 'O'
         for words it did not reach whole)."""
         for task, rows in decoded.items():

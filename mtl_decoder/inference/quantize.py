@@ -1,8 +1,10 @@
-"""``--precision int8``: dynamic int8 quantisation of a model's Linear modules (torch.ao.quantization.quantize_dynamic),
+"""``--precision int8``: dynamic int8 quantisation of a model's Linear modules.
+
+``--precision int8``: dynamic int8 quantisation of a model's Linear modules (torch.ao.quantization.quantize_dynamic),
 in place: int8 weights with one scale per output channel, activations quantised per tensor as each batch runs.
 
 Which modules. Per-tensor int8 activations do not survive a Llama-style trunk's outlier channels everywhere.
-Measured on SmolLM2-135M's block-16 states (288 CoNLL-2003 + SST-2 test sentences, 1 thread, Intel Xeon with
+Measured on SmolLM2-135M's block-16 states (288 CoNLL-2003 + SST-2 test sentences, 1 thread, a CPU with
 AVX-512 VNNI; median per-token relative error of the states against fp32, speed against fp32): every projection
 0.47 at 1.82x; ``down_proj`` alone (it reads the SwiGLU product) 0.44 at 1.27x; q/k/v 0.12 at 1.22x; o_proj 0.04
 at 1.11x; ``gate_proj`` + ``up_proj`` 0.077 at 1.50x; those two and o_proj 0.087 at 1.51x; all but down_proj 0.15

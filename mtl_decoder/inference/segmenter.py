@@ -89,7 +89,9 @@ class Segmenter:
 
 
 def owners(token_word: list[int], n_words: int) -> list[int]:
-    """The word each token is committed with: its own, or for a space-only token the word after it (byte-level
+    """The word each token is committed with.
+
+    Its own, or for a space-only token the word after it (byte-level
     BPE cuts the spaces before a word differently while the text still ends in them); ``n_words`` for spaces after
     the last word."""
     owner, following = [0] * len(token_word), n_words

@@ -77,7 +77,9 @@ class StreamStats:
 
 
 class StreamTagger:
-    """Tags one continuous text, chunk by chunk: ``feed(chunk)`` and ``finish()`` return the words whose tags became
+    """A tagger of one continuous text, chunk by chunk.
+
+    Tags one continuous text, chunk by chunk: ``feed(chunk)`` and ``finish()`` return the words whose tags became
     final, in order (see the module doc for when that is)."""
 
     def __init__(
@@ -170,7 +172,9 @@ class StreamTagger:
 
     @torch.inference_mode()
     def _run_words(self, words: list[Word]) -> None:
-        """Run the words' tokens through the model, whole words at a time, restarting from the context when the
+        """Run the words' tokens through the model, whole words at a time.
+
+        Run the words' tokens through the model, whole words at a time, restarting from the context when the
         next word does not fit."""
         if not self._started:
             self._run([(i, None) for i in self.prefix], [])
@@ -203,7 +207,9 @@ class StreamTagger:
         self.pending.extend(group)
 
     def _restart(self, word: Word) -> None:
-        """The sliding window: rewind the cache and run the prefix and the last ``context`` tokens (whole words)
+        """Slide the window to make room for a word that did not fit.
+
+        The sliding window: rewind the cache and run the prefix and the last ``context`` tokens (whole words)
         again, leaving room for ``word``, which did not fit."""
         self.stats.restarts += 1
         room = self.capacity - len(self.prefix)
@@ -253,7 +259,9 @@ class StreamTagger:
 
     @torch.inference_mode()
     def _emit(self, final: bool) -> list[StreamedWord]:
-        """The pending words whose tags are final: all of them without CRF tasks (or at the end); with CRF tasks,
+        """The pending words whose tags are final.
+
+        All of them without CRF tasks (or at the end); with CRF tasks,
         all but the last ``lookahead``."""
         n = len(self.pending) if final else max(0, len(self.pending) - self.lookahead)
         if n == 0:
@@ -275,7 +283,9 @@ class StreamTagger:
         return out
 
     def _viterbi(self, task: str, emissions: torch.Tensor, final: bool) -> list[int]:
-        """The best path over ``emissions`` (W, L) that continues from the tag last emitted (the CRF's start scores
+        """Viterbi decoding continued from the last emitted tag.
+
+        The best path over ``emissions`` (W, L) that continues from the tag last emitted (the CRF's start scores
         before the first word); the end scores only at the end of the stream."""
         prev = self.last_tag[task]
         after = torch.tensor([-1 if prev is None else prev], device=emissions.device)
@@ -291,7 +301,9 @@ def stream_tags(
     context: int | None = None,
     device: str | torch.device | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Tag a text that arrives in ``chunks`` (strings, the pieces of one continuous text): yields one dict per word,
+    """Tag a text that arrives in chunks.
+
+    Tag a text that arrives in ``chunks`` (strings, the pieces of one continuous text): yields one dict per word,
     ``{"word", "start", "end", "tags": {task: tag}}``, as soon as its tags are final (see the module doc)."""
     saved = model if isinstance(model, SavedModel) else load_model(model, device)
     tagger = StreamTagger(saved, tasks, lookahead, context)

@@ -1,4 +1,6 @@
-"""The PLE decoder: building blocks (layers, experts, crf), their assembly (decoder) and the builder that turns a
+"""The PLE decoder: building blocks, their assembly and the builder.
+
+The PLE decoder: building blocks (layers, experts, crf), their assembly (decoder) and the builder that turns a
 config into a model."""
 
 from mtl_decoder.config import SHARED

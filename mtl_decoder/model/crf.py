@@ -56,7 +56,9 @@ class CRF(nn.Module):
     def decode(
         self, emissions: torch.Tensor, mask: torch.Tensor, after: torch.Tensor | None = None, end: bool = True
     ) -> list[list[int]]:
-        """Viterbi: the best tag sequence of each (prefix-masked) sequence, all rows at once. emissions (n, W, L);
+        """Viterbi decoding of every row at once.
+
+        Viterbi: the best tag sequence of each (prefix-masked) sequence, all rows at once. emissions (n, W, L);
         mask (n, W). ``after`` (n,): the tag each row continues from (its transition scores replace the start
         scores; -1: the row starts a sequence); ``end`` False leaves out the end scores (a sequence that goes on)."""
         emissions = emissions.float()
@@ -81,7 +83,9 @@ class CRF(nn.Module):
         return [path[:length] for path, length in zip(paths, mask.sum(1).tolist(), strict=True)]
 
     def marginals(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Forward-backward: (n, W, L) probability of each tag at each word under the CRF, summing to 1 over tags
+        """Forward-backward tag marginals under the CRF.
+
+        Forward-backward: (n, W, L) probability of each tag at each word under the CRF, summing to 1 over tags
         at every real word and 0 past a row's end. emissions (n, W, L); mask (n, W), prefixes. Differentiable."""
         emissions = emissions.float()
         start, trans = self._scores()

@@ -66,7 +66,9 @@ class DecoderLayer(nn.Module):
     def feed_forward(
         self, h: torch.Tensor, layout: RouteLayout, fork: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """h: the (N, T, C) rows of ``layout`` -> the same rows, updated. With ``fork`` (the first expert layer), h
+        """Run the feed-forward part of a layer on the rows of ``layout``.
+
+        h: the (N, T, C) rows of ``layout`` -> the same rows, updated. With ``fork`` (the first expert layer), h
         holds the rows of the shared bottom (``layout.bottom``) and the result every route's rows of ``layout``."""
         N, T, C = h.shape
         source = layout.bottom if fork else layout
@@ -144,7 +146,9 @@ class MTLDecoder(MultiTaskModel):
     def embed_routes(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layout: RouteLayout
     ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]] | None:
-        """The (N, T, C) input of every row of ``layout`` and the gates of whatever computed them, for a trunk whose
+        """The per-route inputs of a trunk whose routes start apart, if any.
+
+        The (N, T, C) input of every row of ``layout`` and the gates of whatever computed them, for a trunk whose
         routes start apart (a per-route mix of pretrained layers, pretrained expert blocks below); None (here): one
         input per example (``embed_tokens``), shared by the routes up to the fork."""
         return None
@@ -184,7 +188,9 @@ class MTLDecoder(MultiTaskModel):
         return h, gates  # (N, T, C)
 
     def _attention_mask(self, attention_mask: torch.Tensor, row_example: torch.Tensor) -> torch.Tensor | None:
-        """Bidirectional: a (N, 1, 1, T) key mask (padding hidden from every query). Causal: None, and attention
+        """The bidirectional attention mask of a batch.
+
+        Bidirectional: a (N, 1, 1, T) key mask (padding hidden from every query). Causal: None, and attention
         runs with is_causal; rows are right-padded, so no real token ever sees a pad key anyway."""
         if self.cfg.attention == "causal":
             return None
@@ -225,7 +231,9 @@ class MTLDecoder(MultiTaskModel):
         features: dict[str, Any],
         cache: DecoderCache,
     ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
-        """``encode`` for the next tokens of B streams whose earlier tokens are in ``cache`` (``new_cache``): the
+        """Encode the next tokens of B streams against their cached history.
+
+        ``encode`` for the next tokens of B streams whose earlier tokens are in ``cache`` (``new_cache``): the
         (B, t) new ids, right-padded, go through the layers alone, attending to the cached history; their keys and
         values are added to the cache. ``layout``: ``route_layout`` of the new tokens' mask for the cache's tasks."""
         bottom = layout.bottom or layout

@@ -57,7 +57,9 @@ class RouteLayout:
 
     @classmethod
     def build(cls, routes: dict[str, torch.Tensor], attention_mask: torch.Tensor, fork: bool = False) -> RouteLayout:
-        """``routes`` maps a route name to the (sorted) batch examples that take it; with ``fork`` the layout
+        """Build the packed layout of a batch's routes.
+
+        ``routes`` maps a route name to the (sorted) batch examples that take it; with ``fork`` the layout
         also says how its routes fork from a shared bottom of one row per example of any route."""
         names = list(routes)
         empty = torch.zeros(0, dtype=torch.long, device=attention_mask.device)
@@ -138,7 +140,9 @@ class ExpertGroup(nn.Module):
 
 
 def shared_logit_bias(initial_shared_weight: float, n_own: int, n_shared: int) -> float:
-    """The bias on each shared expert's logit (own experts' logits at 0) that puts initial_shared_weight of a
+    """The shared experts' logit bias that gives them a set initial gate weight.
+
+    The bias on each shared expert's logit (own experts' logits at 0) that puts initial_shared_weight of a
     zero-weight gate's softmax mass on the shared experts: n_shared * e^b / (n_shared * e^b + n_own) = p."""
     p = initial_shared_weight
     return math.log(p * n_own / ((1 - p) * n_shared))
@@ -171,7 +175,9 @@ def _cat(outs: list[torch.Tensor]) -> torch.Tensor:
 
 
 class ExpertBlock(nn.Module):
-    """The expert block of one layer for a gated variant (ple, cgc, mmoe); ``shared_gate`` is False in ple's last
+    """The expert block of one layer for a gated variant.
+
+    The expert block of one layer for a gated variant (ple, cgc, mmoe); ``shared_gate`` is False in ple's last
     layer, where nothing reads the shared route after it."""
 
     def __init__(
@@ -186,7 +192,9 @@ class ExpertBlock(nn.Module):
         shared_gate: bool,
         make_group: Callable[[int], nn.Module] | None = None,
     ):
-        """``make_group(n)``: a module of n experts mapping (M, C) -> (n, M, C) with an ``n_experts`` attribute
+        """Build the block's expert groups and gates.
+
+        ``make_group(n)``: a module of n experts mapping (M, C) -> (n, M, C) with an ``n_experts`` attribute
         (default: n SwiGLU experts of width ``hidden``; a pretrained trunk passes copies of its own MLP)."""
         super().__init__()
         self.variant = variant = VARIANTS[variant] if isinstance(variant, str) else variant
@@ -205,7 +213,9 @@ class ExpertBlock(nn.Module):
     def forward(
         self, x: torch.Tensor, layout: RouteLayout, fork: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """x: (M_in, C) packed normed tokens -> (M, C) block output for ``layout``'s packed tokens, and each gate's
+        """Apply the expert block to packed tokens.
+
+        x: (M_in, C) packed normed tokens -> (M, C) block output for ``layout``'s packed tokens, and each gate's
         (M_route, E) weights. M_in = M, except with ``fork``: x holds the shared bottom's tokens
         (``layout.bottom``), which every route reads (``layout.bottom_token``)."""
         if self.variant.shared_route:
@@ -236,7 +246,9 @@ class ExpertBlock(nn.Module):
     def _fork_routes(
         self, x: torch.Tensor, y_shared: torch.Tensor, layout: RouteLayout
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """cgc/mmoe at the fork: every gate reads the bottom's tokens, so all of them run as one linear layer on
+        """The routes of a cgc/mmoe layer at the fork, computed in batched form.
+
+        cgc/mmoe at the fork: every gate reads the bottom's tokens, so all of them run as one linear layer on
         every bottom token (a few flops wasted on tokens a route does not hold), and the shared experts' mix of every
         gate as one batched product, from which each route's tokens are gathered at once; each task's experts run on
         their route's tokens only. A handful of operations whatever the number of tasks."""
@@ -291,7 +303,9 @@ class ExpertBlock(nn.Module):
 
     @staticmethod
     def _groupable(groups: list[nn.Module], gates: list[nn.Module]) -> bool:
-        """The fused ple layer applies: plain SwiGLU groups (task groups of one shape) and no hook on any group or
+        """Whether the fused ple layer applies to this block.
+
+        The fused ple layer applies: plain SwiGLU groups (task groups of one shape) and no hook on any group or
         gate (diagnostics hook them to watch each call: they get the per-group path, equal up to float rounding)."""
         if not all(type(g) is ExpertGroup for g in groups) or len({g.w_in.shape for g in groups[:-1]}) > 1:
             return False
@@ -320,7 +334,9 @@ class ExpertBlock(nn.Module):
         return plan
 
     def route_plan(self, layout: RouteLayout, fork: bool = False) -> list[GateRoute]:
-        """What ``forward(x, layout, fork)`` computes, route by route in its output order: each gate, the rows of x
+        """The routing plan of ``forward``, route by route.
+
+        What ``forward(x, layout, fork)`` computes, route by route in its output order: each gate, the rows of x
         it reads and the expert groups it mixes (ple: the routes' packed spans align row by row, and the shared gate
         mixes every task's experts on their own routes; at a fork every route reads the bottom's tokens, x's rows)."""
         n_in = len(layout.bottom.token_index) if fork else len(layout.token_index)

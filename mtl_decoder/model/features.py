@@ -11,7 +11,9 @@ from mtl_decoder.data.wordfeatures import N_CHAR_IDS, SHAPES, WORD_IDENTITY_FEAT
 
 
 class WordFeatures(nn.Module):
-    """Evidence about each word beyond its sub-words, added to every sub-word of the word: a character CNN, an
+    """Per-word features added to every sub-word of the word.
+
+    Evidence about each word beyond its sub-words, added to every sub-word of the word: a character CNN, an
     embedding of its shape class, and the sum of its hashed sparse features (word, prefixes, suffixes)."""
 
     def __init__(self, cfg: ModelConfig):
@@ -33,7 +35,9 @@ class WordFeatures(nn.Module):
         shape_ids: torch.Tensor | None = None,
         hash_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Features of the batch's U distinct words -- char_ids (U, K), shape_ids (U,), hash_ids (U, F) -- put on
+        """Put the features of a batch's distinct words on their sub-words.
+
+        Features of the batch's U distinct words -- char_ids (U, K), shape_ids (U,), hash_ids (U, F) -- put on
         every sub-word: token_word (B, T) is each sub-word's distinct word, -1 off words -> (B, T, C).
 
         Each distinct word is computed once: in a batch of CoNLL + SST-2 sentences about half the words are
@@ -57,7 +61,9 @@ class WordFeatures(nn.Module):
         return F.embedding(torch.where(token_word >= 0, token_word, U), vectors)  # (B, T, C)
 
     def drop_word_identity(self, hash_ids: torch.Tensor) -> torch.Tensor:
-        """hash_ids (U, F) with the features naming the word itself set to padding (a zero vector) for a random
+        """Hashed features with the word's own identity dropped for a random share of words.
+
+        hash_ids (U, F) with the features naming the word itself set to padding (a zero vector) for a random
         ``hash_dropout`` of the U distinct words: those words look unseen, their affixes still there."""
         dropped = torch.rand(hash_ids.shape[0], device=hash_ids.device) < self.hash_dropout  # (U,)
         identity = torch.zeros_like(hash_ids, dtype=torch.bool)

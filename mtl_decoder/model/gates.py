@@ -58,7 +58,9 @@ def reference_forward(
     fork: bool = False,
     weights: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """What ``ExpertBlock.forward(x, layout, fork)`` computes, route by route of ``block.route_plan``: every expert
+    """The reference gate-and-mix computation of an expert block.
+
+    What ``ExpertBlock.forward(x, layout, fork)`` computes, route by route of ``block.route_plan``: every expert
     group on every row it reads, mixed by ``gate_weights`` (or the given ``weights``, gate name -> (M_route, E))."""
     out, gates = [], {}
     for route in block.route_plan(layout, fork):

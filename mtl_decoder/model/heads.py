@@ -89,7 +89,9 @@ class MultiTaskModel(nn.Module):
     def route_layout(
         self, attention_mask: torch.Tensor, tasks: list[str], present: dict[str, torch.Tensor] | None
     ) -> RouteLayout:
-        """The rows each route takes after the fork: every example for ple/mlp; for the other gated variants only
+        """The rows each route takes after the fork.
+
+        Every example for ple/mlp; for the other gated variants only
         those a task asks for. Gated layouts also describe the shared bottom they fork from (``layout.bottom``:
         one row per example of any route), which the layers below the first expert layer run on."""
         B = attention_mask.shape[0]
@@ -123,7 +125,9 @@ class MultiTaskModel(nn.Module):
         route_examples: dict[str, torch.Tensor] | None = None,
         **features: Any,
     ) -> MTLOutput:
-        """input_ids, attention_mask: (B, T), right-padded. labels: task -> (B, T) tags or (B,) classes, -100 =
+        """Run the model on a batch.
+
+        input_ids, attention_mask: (B, T), right-padded. labels: task -> (B, T) tags or (B,) classes, -100 =
         no label. ``tasks``: heads to run (default: the labelled tasks, or all without labels). ``word_index`` (B, T)
         each sub-word's word (the heads do not need it); ``word_read`` (B, W) the position each word is read from
         (the collator's, from the encoder's WordAlignment; the CRF loss needs it). ``features``: per-word inputs
@@ -179,7 +183,9 @@ class MultiTaskModel(nn.Module):
         word_read: torch.Tensor | None,
         examples: torch.Tensor,
     ) -> torch.Tensor | None:
-        """The mean over the examples that carry the task's label of each example's loss (PLE, Eq. 9): a tagged
+        """A task's loss: the mean over the examples that carry its label.
+
+        The mean over the examples that carry the task's label of each example's loss (PLE, Eq. 9): a tagged
         sentence counts once whatever its length, as a classified one does."""
         keep = _has_label(labels)
         if not keep.any():
@@ -200,7 +206,9 @@ class MultiTaskModel(nn.Module):
 
     @torch.no_grad()
     def decode_tags(self, name: str, logits: torch.Tensor, word_read: torch.Tensor) -> list[list[int]]:
-        """Word-level tag ids for each row of a tagging task's logits, read where ``word_read`` (n, W) says (the
+        """Word-level tag ids of a tagging task's logits.
+
+        Word-level tag ids for each row of a tagging task's logits, read where ``word_read`` (n, W) says (the
         batch's, from the encoder's WordAlignment): one per word that reached the model whole."""
         emissions, _, mask = word_level(logits, word_read)
         if name in self.crfs:
@@ -220,7 +228,9 @@ def _has_label(labels: torch.Tensor) -> torch.Tensor:
 def word_level(
     logits: torch.Tensor, word_read: torch.Tensor, labels: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each word's logits (and label) at its read position, in word order: (n, W, L) emissions (zero past a row's
+    """Each word's logits and label at its read position.
+
+    Each word's logits (and label) at its read position, in word order: (n, W, L) emissions (zero past a row's
     words), (n, W) tags (-100 without labels or past the words), (n, W) prefix mask.
 
     word_read (n, W) holds the position each word is read from, -1 past the row's words (``WordAlignment.reads``,

@@ -1,4 +1,6 @@
-"""The expert blocks' arithmetic with forward and backward written out by hand (torch.autograd.Function): what
+"""The expert blocks' arithmetic with hand-written forward and backward passes.
+
+The expert blocks' arithmetic with forward and backward written out by hand (torch.autograd.Function): what
 autograd would do, without its temporaries. tests/model/test_model_expert_block.py checks their gradients against a
 per-route plain-autograd reference, in fp32 and bf16, and tests/model/test_model_gates.py against gates.py's
 gate-and-mix reference in float64; experts.py holds the modules that use them.
@@ -25,14 +27,18 @@ def _compute_dtype(x: torch.Tensor, *weights: torch.Tensor) -> torch.dtype:
 
 
 def _swiglu(h: torch.Tensor, a: torch.Tensor, s: torch.Tensor) -> None:
-    """a = s * up with s = silu(gate), both written into the given tensors (any layout of h's shape without the
+    """The SwiGLU activation written into given tensors.
+
+    a = s * up with s = silu(gate), both written into the given tensors (any layout of h's shape without the
     gate/up axis; s is kept for the backward pass, which then computes no exponential twice); h (..., 2, H)."""
     torch.ops.aten.silu.out(h[..., 0, :], out=s)
     torch.mul(s, h[..., 1, :], out=a)
 
 
 def _swiglu_backward(h: torch.Tensor, s: torch.Tensor, da: torch.Tensor, dh: torch.Tensor) -> None:
-    """The gradient of ``_swiglu`` with respect to h, written into dh (h's shape): d up = da * silu(gate), d gate =
+    """The gradient of ``_swiglu`` with respect to h.
+
+    The gradient of ``_swiglu`` with respect to h, written into dh (h's shape): d up = da * silu(gate), d gate =
     da * up * silu'(gate); no zero-filled gradients of the gate/up halves added together, as autograd would do."""
     g, u = h[..., 0, :], h[..., 1, :]
     d_gate, d_up = dh[..., 0, :], dh[..., 1, :]
@@ -42,7 +48,9 @@ def _swiglu_backward(h: torch.Tensor, s: torch.Tensor, da: torch.Tensor, dh: tor
 
 
 class SwiGLUExperts(torch.autograd.Function):
-    """E SwiGLU experts on the same tokens, forward and backward written out (``_swiglu``): hidden activations are
+    """E SwiGLU experts on the same tokens, forward and backward written out.
+
+    E SwiGLU experts on the same tokens, forward and backward written out (``_swiglu``): hidden activations are
     kept expert-major, so each down matmul is one contiguous batched matmul."""
 
     @staticmethod
@@ -81,7 +89,9 @@ class SwiGLUExperts(torch.autograd.Function):
 
 
 class GateMix(torch.autograd.Function):
-    """A gate's weighted sum of expert outputs: one fused multiply-add per expert forward (no (E, M, C) temporary);
+    """A gate's weighted sum of expert outputs.
+
+    One fused multiply-add per expert forward (no (E, M, C) temporary);
     backward, each weight's gradient as a batched dot product and each piece's gradient in one pass."""
 
     @staticmethod
@@ -127,7 +137,9 @@ class GatePlan:
 def _gates_and_mix(
     x_gates: torch.Tensor, y: torch.Tensor, plan: GatePlan, weights, biases, n_routes: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Every gate of a ple layer and its weighted sum of the layer's expert outputs y (E, M, C), at once. Gate g (a
+    """Every gate of a ple layer and its mix of the expert outputs.
+
+    Every gate of a ple layer and its weighted sum of the layer's expert outputs y (E, M, C), at once. Gate g (a
     task route's, then the shared route's) is a row of one (gates, M, E) logit table, -inf where it does not read
     an expert: one batched matmul gives every gate's logits, one softmax their weights, one batched product every
     route's mix. Gates run in float32, the mix in y's dtype. Returns the (n_routes * M, C) output (routes without a
@@ -198,7 +210,9 @@ class ProgressiveMix(torch.autograd.Function):
 
 
 class ProgressiveBlock(torch.autograd.Function):
-    """A whole ple layer of SwiGLU expert groups (``ExpertGroup``) and its gates, forward and backward written out
+    """A whole ple layer with its routes' matrix products grouped.
+
+    A whole ple layer of SwiGLU expert groups (``ExpertGroup``) and its gates, forward and backward written out
     with the routes' matmuls grouped: the up matmuls of routes whose groups have one shape (the task groups; all
     routes when there are as many shared experts as experts per task) as one batched matmul, the SwiGLU of each
     such stack in place, every expert's down matmul as one batched matmul over all the layer's experts, then

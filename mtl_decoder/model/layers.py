@@ -1,4 +1,6 @@
-"""Small building blocks of the trunk: norms, rotary positions, attention (with a per-layer KV cache for
+"""Small building blocks of the trunk.
+
+Norms, rotary positions, attention (with a per-layer KV cache for
 streaming), the SwiGLU MLP."""
 
 from __future__ import annotations
@@ -28,14 +30,18 @@ class RotaryEmbedding(nn.Module):
         return torch.polar(torch.ones_like(angles), angles)  # (T, D/2) complex: cos + i sin
 
     def at(self, positions: torch.Tensor) -> torch.Tensor:
-        """The rotations of any positions: (...) integer positions -> (..., D/2) complex, the same values as
+        """The rotations of any positions.
+
+        (...) integer positions -> (..., D/2) complex, the same values as
         ``forward`` gives those positions (streaming: each row of a batch continues at its own offset)."""
         angles = positions.to(torch.float32).unsqueeze(-1) * self.inv_freq  # what torch.outer computes
         return torch.polar(torch.ones_like(angles), angles)
 
 
 def apply_rope(x: torch.Tensor, rotation: torch.Tensor | None) -> torch.Tensor:
-    """Rotate (..., T, D) queries and keys by their positions, as one complex multiply (the half-split form with
+    """Rotate queries and keys by their positions.
+
+    Rotate (..., T, D) queries and keys by their positions, as one complex multiply (the half-split form with
     chunk/cat was the slowest op of a CPU forward pass). ``rotation`` None (no rotary positions): x unchanged."""
     if rotation is None:
         return x
@@ -46,10 +52,10 @@ def apply_rope(x: torch.Tensor, rotation: torch.Tensor | None) -> torch.Tensor:
 class Dropout(nn.Module):
     """Dropout drawing two random bytes per element: p is kept to 1/65,536 (0.1 acts as 6,554/65,536).
 
-    torch's bernoulli dropout took 5.2 ms on a (2304, 256) tensor on the 2-core CPU this was built on, drawing
-    raw random bytes 1.9 ms (two bytes as fast as one: measured alternately); a training step calls dropout
-    about nine times. One byte per element (the first form) moved p in steps of 1/256 and silently turned any
-    p under 1/512 into no dropout at all; a p too small for two bytes is refused rather than rounded away.
+    torch's bernoulli dropout is slow on CPUs: on a (2304, 256) tensor it costs nearly three times as much as drawing
+    raw random bytes (two bytes as fast as one), and a training step calls dropout about nine times. One byte per
+    element would move p in steps of 1/256 and silently turn any p under 1/512 into no dropout at all; a p too
+    small for two bytes is refused rather than rounded away.
     """
 
     STEPS = 2**16
@@ -84,7 +90,9 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model, bias=False)  # zero-initialised by the model: identity at init
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, rope: torch.Tensor | None) -> torch.Tensor:
-        """x (N, T, C); mask: a boolean key mask broadcastable to (N, H, T, T), or None when causal; rope: the (T,
+        """Self-attention over a batch.
+
+        x (N, T, C); mask: a boolean key mask broadcastable to (N, H, T, T), or None when causal; rope: the (T,
         D/2) rotations, or None without rotary positions."""
         N, T, C = x.shape
         qkv = self.qkv(x).view(N, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)  # 3 x (N, H, T, D)
@@ -94,7 +102,9 @@ class SelfAttention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(N, T, C))  # (N, T, C)
 
     def forward_cached(self, x: torch.Tensor, cache: KVCache, step: CacheStep) -> torch.Tensor:
-        """Causal attention of the next tokens of N streams: x (N, t, C) holds each row's new tokens (right-padded,
+        """Causal attention of the next tokens of N streams against the cache.
+
+        Causal attention of the next tokens of N streams: x (N, t, C) holds each row's new tokens (right-padded,
         ``step`` says how many are real); their keys and values are written into ``cache`` in place, and the
         queries attend to everything the cache holds for their row up to their own position."""
         N, T, C = x.shape
@@ -127,7 +137,9 @@ class CacheStep:
 
 
 class KVCache:
-    """One attention layer's keys and values for R rows: two (R, H, capacity, D) tensors allocated once and filled
+    """One attention layer's key and value cache.
+
+    One attention layer's keys and values for R rows: two (R, H, capacity, D) tensors allocated once and filled
     in place; a row's positions [0, length) hold its stream's history (the lengths live in ``DecoderCache``).
 
     Each row is its own stream: a row's queries see only that row's keys, so streams of different lengths in one
@@ -177,7 +189,9 @@ class DecoderCache:
         return self.capacity - self.lengths
 
     def step(self, attention_mask: torch.Tensor, rope: RotaryEmbedding | None) -> dict[int, CacheStep]:
-        """The write plan of the next tokens (``attention_mask`` (B, t): each stream's real new tokens, right-padded)
+        """The write plan of the next tokens for each distinct row map.
+
+        The write plan of the next tokens (``attention_mask`` (B, t): each stream's real new tokens, right-padded)
         for each distinct row map, keyed by its ``id``. A stream that would overflow the capacity is an error: the
         caller decides what to do at the maximum length (streaming restarts from a window)."""
         counts = attention_mask.sum(1)

@@ -1,4 +1,6 @@
-"""The position-aware linear embedding (``model.position_embedding: linear``): a residual sub-layer
+"""The position-aware linear embedding.
+
+The position-aware linear embedding (``model.position_embedding: linear``): a residual sub-layer
 
     x_i' = x_i * (1 + alpha_i) + beta_i,        (alpha_i, beta_i) = P[i] @ W_l
 
@@ -55,7 +57,9 @@ class PositionScaleShift(nn.Module):
         return torch.addcmul(x + beta, x, alpha)  # x + x * alpha + beta: exactly x when alpha = beta = 0
 
     def coefficients(self, sublayer: int, positions: torch.Tensor) -> torch.Tensor:
-        """(..., 2C) [alpha | beta] of sub-layer ``sublayer`` at ``positions`` (read from the precomputed table at
+        """A sub-layer's [alpha | beta] coefficients at the given positions.
+
+        (..., 2C) [alpha | beta] of sub-layer ``sublayer`` at ``positions`` (read from the precomputed table at
         inference)."""
         top = int(positions.max()) if positions.numel() else 0
         if top >= self.max_positions:
@@ -75,7 +79,9 @@ class PositionScaleShift(nn.Module):
         return torch.cat([self.scale_bound * torch.tanh(alpha / self.scale_bound), beta], dim=-1)
 
     def inference_table(self) -> torch.Tensor:
-        """(n_sublayers, max_positions, 2C): every sub-layer's [alpha | beta] at every position, computed once and
+        """Every sub-layer's coefficients at every position, computed once.
+
+        (n_sublayers, max_positions, 2C): every sub-layer's [alpha | beta] at every position, computed once and
         kept while the parameters stay as they are (their version counters say when they changed)."""
         key = (self.table._version, self.weight._version, self.table.data_ptr(), self.weight.data_ptr())
         with _TABLE_LOCK:

@@ -118,7 +118,9 @@ def resolve_tasks(saved: SavedModel, tasks: str | Sequence[str] | None) -> list[
 
 
 def resolve_options(options: InferenceOptions | None, given: dict[str, Any]) -> InferenceOptions:
-    """A run's InferenceOptions: ``options`` when given (every keyword setting then left at its default), else those
+    """A run's InferenceOptions.
+
+    ``options`` when given (every keyword setting then left at its default), else those
     the keyword settings ``given`` make."""
     if options is None:
         return InferenceOptions(**given)

@@ -34,7 +34,9 @@ ERROR_FIELDS = {"line", "reason", "field", "raw"}
 
 
 def is_errors_file(path: Path) -> bool:
-    """Whether ``path`` is a regular file whose every line is an errors-file entry as ``predict`` writes them (an
+    """Whether a path is an errors file as ``predict`` writes them.
+
+    Whether ``path`` is a regular file whose every line is an errors-file entry as ``predict`` writes them (an
     empty one too: a skip run without bad records). Only such a file is ever removed for being stale."""
     if output_kind(path) != FILE:
         return False
@@ -61,7 +63,9 @@ def _is_error_entry(line: str) -> bool:
 def check_targets(
     input_path: str | Path, output: Path, errors: Path, skip: bool, force: bool, model: Any = None
 ) -> None:
-    """Before any work: ``check_output`` for the output and its errors file. A device or FIFO output has no
+    """Check the output and its errors file before any work.
+
+    Before any work: ``check_output`` for the output and its errors file. A device or FIFO output has no
     folder for skip mode's errors file. The errors file of an earlier skip run counts in fail mode too:
     ``predict`` removes it once the new output is written, so that it never describes another output; a file of that
     name that this tool did not write (``is_errors_file``) is no concern of a fail-mode run and is left alone."""
@@ -81,7 +85,9 @@ def check_targets(
 
 
 def check_output(input_path: str | Path, target: Path, force: bool, model: Any = None) -> str:
-    """Before any work, one output path: its folder can be written; it is not the input, not inside the model's
+    """Check one output path before any work.
+
+    Before any work, one output path: its folder can be written; it is not the input, not inside the model's
     folder (``model``: its path or a SavedModel), not a folder, a link or a socket, and (without ``force``) not an
     existing file. Returns its ``files.output_kind``: a device or FIFO is written straight through, and so is
     standard output (``files.STDOUT``), whatever it leads to."""
@@ -100,7 +106,9 @@ def check_output(input_path: str | Path, target: Path, force: bool, model: Any =
 
 
 def word_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Each word's span, widened over the characters right after it that no word covers and that are not
+    """Each word's span, widened over adjacent uncovered characters.
+
+    Each word's span, widened over the characters right after it that no word covers and that are not
     spaces. The tokenizer's normalizer can merge characters (NFC: 'e' + U+0301 -> 'é'; Hangul jamo) and then
     reports the merged character's end as that of its first part, cutting the word short."""
     out: list[tuple[int, int]] = []
@@ -115,7 +123,9 @@ def word_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]
 def entity_dicts(
     tags: list[str], words: list[str], spans: list[tuple[int, int]] | None, text: str | None
 ) -> list[dict[str, Any]]:
-    """The entities of an IOB2 tag sequence: character offsets into ``text`` when ``spans`` are given (raw
+    """The entities of an IOB2 tag sequence.
+
+    Character offsets into ``text`` when ``spans`` are given (raw
     text), else token indices with the tokens joined by spaces."""
     found = []
     for kind, first, last in entities(tags):

@@ -1,4 +1,6 @@
-"""Part files of a sharded prediction (``predict --shard K/N``) and putting them back together
+"""Part files of a sharded prediction and their merge.
+
+Part files of a sharded prediction (``predict --shard K/N``) and putting them back together
 (``merge-predictions``).
 
 A part is JSON lines: one line per record of the shard, ``{"index": I, "line": L, "record": {...}}`` (the output
@@ -54,7 +56,9 @@ MODEL_FILES = (WEIGHTS_FILE, CONFIG_FILE, LABELS_FILE, TOKENIZER_FILE, TRUNK_FIL
 
 
 def model_fingerprint(saved: SavedModel) -> str:
-    """A digest of the names and contents of a model folder's ``MODEL_FILES``: parts predicted by another model (or
+    """A digest of a model folder's model files.
+
+    A digest of the names and contents of a model folder's ``MODEL_FILES``: parts predicted by another model (or
     the same folder retrained) differ."""
     return files_fingerprint(saved.directory, MODEL_FILES)
 
@@ -65,7 +69,9 @@ def file_fingerprint(path: str | Path | None) -> str | None:
 
 
 class InputDigest:
-    """A fingerprint of the input as it was read: every record's line and content (a bad record's raw text), in
+    """A fingerprint of the input as it was read.
+
+    Every record's line and content (a bad record's raw text), in
     order. Every shard reads the whole input, so the shards of one input agree, whatever its name or path."""
 
     def __init__(self) -> None:
@@ -107,7 +113,9 @@ class PartWriter:
 
 
 def check_part_target(input_path: str | Path, output: Path, force: bool, model: Any = None) -> None:
-    """A part's path: writable, not the input, not inside the model's folder (``model``: its path or a SavedModel),
+    """Check a part's path.
+
+    A part's path: writable, not the input, not inside the model's folder (``model``: its path or a SavedModel),
     not a folder, not (without ``force``) an existing file; standard output, a device or a FIFO is written through."""
     if str(output) == STDOUT:
         return
@@ -172,7 +180,9 @@ def _differs(key: str, value: Any, first: Any, first_path: Path) -> str:
 
 
 def _entries(path: Path, kind: str, k: int) -> Iterator[tuple[int, int, int, str, Any]]:
-    """(index, part number, file line, kind, value) of a part's lines of one ``kind`` ('record' or 'error'), in
+    """The entries of a part's lines of one kind.
+
+    (index, part number, file line, kind, value) of a part's lines of one ``kind`` ('record' or 'error'), in
     order. The two kinds are read apart: a part writes a bad record when it is read, before the records of the
     blocks around it are predicted, so each kind is in input order but not the two together."""
     previous = -1
@@ -209,7 +219,9 @@ def _parse(path: Path, number: int, text: str) -> dict[str, Any] | None:
 
 
 def merge_predictions(output: str | Path, parts: Sequence[str | Path], force: bool = False) -> PredictSummary:
-    """Put the parts of ``predict --shard K/N`` (all N, any order) back into one output in input order, checking
+    """Merge the parts of ``predict --shard K/N`` into one output.
+
+    Put the parts of ``predict --shard K/N`` (all N, any order) back into one output in input order, checking
     that every record of the input is there exactly once; OUT.errors.jsonl too when the parts ran with
     ``--on-error skip``. Returns the PredictSummary of the whole job (prediction seconds summed over the parts)."""
     output, parts = Path(output), [Path(p) for p in parts]

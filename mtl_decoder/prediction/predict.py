@@ -60,7 +60,9 @@ def predict_texts(
     *,
     options: InferenceOptions | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """For each raw text or token list, in order: task name -> prediction (as in the output files). The model
+    """Predict raw texts or token lists.
+
+    For each raw text or token list, in order: task name -> prediction (as in the output files). The model
     and the tasks are checked at once; a bad item (empty, not text, tokens not strings) raises UserError naming
     its index when the stream reaches it. The settings (mtl_decoder.inference.InferenceOptions, given as
     ``options`` or as keywords): ``precision`` fp32, bf16 or fp16 (GPUs); ``workers``: threads running batches side

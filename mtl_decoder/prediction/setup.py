@@ -1,4 +1,6 @@
-"""The one prediction set-up of ``predict_texts``, ``predict_file`` and its multi-process and sharded form: the
+"""The one prediction set-up of every prediction path.
+
+The one prediction set-up of ``predict_texts``, ``predict_file`` and its multi-process and sharded form: the
 options and the targets checked, then the model loaded (``inference.options.load_for_inference``), its tasks
 resolved and its Predictor built; for a file, the reader, the summary and a killed run's temporaries removed."""
 
@@ -91,7 +93,9 @@ def file_job(input: str | Path, output: str | Path, shard: str | tuple[int, int]
 def prepare_file_run(
     job: FileJob, model: SavedModel | str | Path, options: InferenceOptions, writes: bool = True
 ) -> FileRun:
-    """Everything before the first record is read, in order: the input opened, the targets checked (only where
+    """Everything a file prediction does before its first record is read.
+
+    Everything before the first record is read, in order: the input opened, the targets checked (only where
     ``writes``: the process that writes them), the model loaded, and (``writes``) a killed run's temporaries of the
     output and its errors file removed."""
     reader = InputReader(job.input, job.fmt, job.text_column)

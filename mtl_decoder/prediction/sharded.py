@@ -1,4 +1,6 @@
-"""``predict`` over several processes (under ``torchrun`` / ``accelerate launch``) and as one shard of a job
+"""``predict`` over several processes and as one shard of a job.
+
+``predict`` over several processes (under ``torchrun`` / ``accelerate launch``) and as one shard of a job
 (``--shard K/N``), with the output one process would write.
 
 Every process reads the whole input stream (reading is cheap next to the model) and takes its share: blocks of
@@ -70,7 +72,9 @@ def predict_file_sharded(
     progress: bool | None = None,
     **fields: Any,
 ) -> PredictSummary:
-    """``predict_file`` over the launcher's processes and/or as shard K/N (see the module doc); ``fields``: the
+    """``predict_file`` over the launcher's processes and/or as one shard.
+
+    ``predict_file`` over the launcher's processes and/or as shard K/N (see the module doc); ``fields``: the
     FileJob's (tasks, fmt, text_column, on_error, force). Every process returns the summary of the whole run (of
     the shard, with ``shard``), which the main process printed."""
     processes = Processes.join()
@@ -106,7 +110,9 @@ def predict_file_sharded(
 def _prepare(
     processes: Processes, model: Any, job: FileJob, options: InferenceOptions
 ) -> tuple[FileRun, Share, dict[str, Any]]:
-    """The shared set-up (``setup.prepare_file_run``) on every process, on the process's own device under a
+    """The shared set-up of a sharded prediction on every process.
+
+    The shared set-up (``setup.prepare_file_run``) on every process, on the process's own device under a
     launcher (the targets checked on the main one, which alone writes); then its share of the blocks and what
     identifies the job's model for a part's footer (empty without a shard)."""
     options = options.checked(flags=True).on_device(processes.device)
@@ -137,7 +143,9 @@ class _Reading:
 def _own(
     reader: InputReader, share: Share, writer: RunWriter | None, summary: PredictSummary, seen: _Reading, skip: bool
 ) -> Iterator[tuple[int, InputRecord]]:
-    """(input index, record) of the readable records this process predicts. A bad record stops the run in fail
+    """The readable records this process predicts.
+
+    (input index, record) of the readable records this process predicts. A bad record stops the run in fail
     mode (every process meets it) and goes to the main process's errors file (or part) in skip mode."""
     for index, record in enumerate(reader):
         seen.records += 1
@@ -183,7 +191,9 @@ def _run(
     skip: bool,
     bar: tqdm,
 ) -> _Reading:
-    """Predict this process's blocks and hand them to the main process, one per round; the main process writes
+    """Predict this process's blocks and hand them to the main process.
+
+    Predict this process's blocks and hand them to the main process, one per round; the main process writes
     every round's blocks in input order. Returns what the reading found."""
     seen = _Reading()
     lines = _lines(predictor, _own(reader, share, writer, summary, seen, skip), tasks)
@@ -224,7 +234,9 @@ def _round(
     bar: tqdm,
     own_error: BaseException | None = None,
 ) -> None:
-    """Gather one block from every process on the main one, which writes them in rank order (input order); then
+    """Gather and write one block from every process.
+
+    Gather one block from every process on the main one, which writes them in rank order (input order); then
     every process learns whether one of them failed, and if so stops."""
     gathered = processes.gather(mine)
     verdict = None
@@ -246,7 +258,9 @@ def _round(
 
 
 def _agree(processes: Processes, prepare: Callable[[], T]) -> T:
-    """``prepare()`` on every process; when it fails on any of them, every process stops (the main one with that
+    """Run ``prepare()`` on every process and stop all if any fails.
+
+    ``prepare()`` on every process; when it fails on any of them, every process stops (the main one with that
     process's error) rather than wait for the others at the first round."""
     try:
         result, failure, error = prepare(), None, None
@@ -261,7 +275,9 @@ def _agree(processes: Processes, prepare: Callable[[], T]) -> T:
 
 
 def _failure(processes: Processes, err: Exception) -> tuple[int, str, str]:
-    """(rank, kind, message) of this process's failure. Kinds: 'data', a bad record (every process meets the same
+    """This process's failure.
+
+    (rank, kind, message) of this process's failure. Kinds: 'data', a bad record (every process meets the same
     first one, so its message is the one a single process gives); 'user', another user error (a file one machine
     cannot see); 'crash', anything else, with its type."""
     if isinstance(err, DataError):
@@ -272,7 +288,9 @@ def _failure(processes: Processes, err: Exception) -> tuple[int, str, str]:
 
 
 def _stop(processes: Processes, verdict: tuple[int, str, str], own_error: BaseException | None) -> None:
-    """Raise on every process once one has failed: the failed process its own error (a traceback for a bug); the
+    """Raise on every process once one has failed.
+
+    The failed process its own error (a traceback for a bug); the
     main process a bad record's error as one process gives it, or the failed rank's error naming the rank; the
     others a line saying they stopped with it."""
     rank, kind, message = verdict

@@ -51,7 +51,9 @@ def stream_file(
     *,
     options: InferenceOptions | None = None,
 ) -> StreamStats:
-    """``predict --stream``: the input ('-': stdin, read line by line) as one text, one JSON line per word to the
+    """``predict --stream``: tag one text read from a file or stdin.
+
+    ``predict --stream``: the input ('-': stdin, read line by line) as one text, one JSON line per word to the
     output ('-': stdout, flushed per line; a file is written under a temporary name and renamed at the end). The
     model is loaded as ``options`` say (or InferenceOptions of ``device`` and ``gate_table``): a stream honours only
     those two of its settings."""
@@ -89,7 +91,9 @@ def stream_file(
 
 
 def _stdin_text() -> IO[str]:
-    """Standard input as strict UTF-8 text, read as a file is: Python's own decoder of stdin may turn bytes that are
+    """Standard input as strict UTF-8 text.
+
+    Standard input as strict UTF-8 text, read as a file is: Python's own decoder of stdin may turn bytes that are
     not UTF-8 into lone surrogates, which the tokenizer cannot take."""
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is None:  # already text (a program's own stream)

@@ -10,7 +10,7 @@ uncertainty  Kendall, Gal & Cipolla, CVPR 2018, eq. (10), the form for a softmax
              a task's term is L_k / sigma_k^2 + log sigma_k = exp(-s_k) L_k + s_k / 2 with s_k = log sigma_k^2
              learned; its optimum is s_k = log(2 L_k), weight 1 / (2 L_k). Every task here has a softmax or CRF
              (a softmax over tag sequences) likelihood, so none takes the regression form
-             exp(-s_k) L_k / 2 + s_k / 2 (the earlier code used exp(-s_k) L_k + s_k, twice the regression form).
+             exp(-s_k) L_k / 2 + s_k / 2 (nor exp(-s_k) L_k + s_k, which is twice the regression form).
 """
 
 from __future__ import annotations
@@ -115,7 +115,9 @@ class LossBalancer(nn.Module):
 
 
 def bounded_weights(raw: list[float], lo: float, hi: float) -> list[float]:
-    """``raw`` (positive) rescaled to geometric mean 1, each then kept within [lo, hi] with the geometric mean
+    """Weights rescaled to geometric mean 1 and bounded.
+
+    ``raw`` (positive) rescaled to geometric mean 1, each then kept within [lo, hi] with the geometric mean
     still 1: w_i = clip(c * raw_i, lo, hi), c chosen so that the product of the w_i is 1 (water-filling in log
     space). Needs lo <= 1 <= hi. Relative to the geometric mean, both bounds bind for any number of tasks: two
     tasks with raw weights 100 and 1 get 2 and 0.5 under [0.5, 2], a ratio of at most hi / lo. (Against the

@@ -1,4 +1,6 @@
-"""Resumable checkpoints: Accelerate's ``save_state`` into a temporary folder, renamed into place only once
+"""Resumable checkpoints, written atomically.
+
+Resumable checkpoints: Accelerate's ``save_state`` into a temporary folder, renamed into place only once
 complete, so a kill mid-save never leaves a corrupt 'latest'; the newest K are kept.
 
 Every checkpoint lists its files with their sizes and SHA-256 in ``trainer_state.json``; a resume first checks
@@ -89,7 +91,9 @@ def tensor_aliases(state: dict[str, Any]) -> set[str]:
 
 
 class _ExpectedAliases(logging.Filter):
-    """Drops Accelerate's 'Removed shared tensor {...} while saving' when every name is an alias the model has by
+    """A log filter for Accelerate's expected shared-tensor warnings.
+
+    Drops Accelerate's 'Removed shared tensor {...} while saving' when every name is an alias the model has by
     construction (a LoRA trunk's experts share one frozen MLP: hundreds of names); any other name keeps it."""
 
     def __init__(self, expected: set[str]):
@@ -122,7 +126,9 @@ def _expected_aliases_quiet(accelerator: Accelerator) -> Iterator[None]:
 
 
 def _write_failure(err: Exception, final: Path, last: Path | None) -> UserError:
-    """Saving states fails on a full disk with whatever the writer raises: an OSError, or from torch.save a
+    """A one-line error for a failed checkpoint save.
+
+    Saving states fails on a full disk with whatever the writer raises: an OSError, or from torch.save a
     RuntimeError ('file write failed', 'unexpected pos ...'); one line naming the checkpoint either way."""
     reason = (str(err).strip().splitlines() or [""])[0][:200]
     hint = "" if isinstance(err, OSError) else "; a full disk or a file size limit?"
@@ -162,7 +168,9 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def load_checkpoint(accelerator: Accelerator, path: Path, verified: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Restore a checkpoint written by ``save_checkpoint``; returns the trainer state. ``verified``: the state
+    """Restore a checkpoint written by ``save_checkpoint``.
+
+    Returns the trainer state. ``verified``: the state
     ``verify_checkpoint`` already returned for ``path`` (its files are then not hashed twice).
 
     Accelerate only logs a random-state file it cannot load and goes on with other random numbers than the

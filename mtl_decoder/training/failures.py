@@ -20,7 +20,9 @@ OUT_OF_MEMORY = ("can't allocate memory", "not enough memory", "out of memory", 
 
 
 def is_out_of_memory(err: BaseException) -> bool:
-    """torch's CPU allocator raises RuntimeError('... DefaultCPUAllocator: can't allocate memory ...'); CUDA an
+    """Whether an exception is an out-of-memory error.
+
+    torch's CPU allocator raises RuntimeError('... DefaultCPUAllocator: can't allocate memory ...'); CUDA an
     OutOfMemoryError (a RuntimeError); Python a MemoryError."""
     if isinstance(err, MemoryError):
         return True

@@ -1,4 +1,6 @@
-"""What a run tells the person watching it, and what it writes down: a start banner, a tqdm bar per epoch
+"""What a run reports to the person watching it and writes down.
+
+What a run tells the person watching it, and what it writes down: a start banner, a tqdm bar per epoch
 with per-task losses and balancing weights, ``metrics.jsonl`` (always) and Accelerate trackers
 (TensorBoard when installed), and a final per-task summary."""
 

@@ -1,4 +1,6 @@
-"""The stepping half of the trainer: epochs of optimiser steps under the step and time budgets, each task's loss
+"""The stepping half of the trainer.
+
+Epochs of optimiser steps under the step and time budgets, each task's loss
 reduced over the processes, validation through evaluate's scoring loop, best/ and the resumable checkpoints.
 
 ``Trainer`` (trainer.py) builds everything this steps in its ``setup``: the attributes declared on ``TrainingLoop``.
@@ -35,7 +37,9 @@ MAX_EPOCH_VALIDATIONS = 20
 
 
 def epoch_ends_in_validation(epochs_done: int, epochs: int) -> bool:
-    """training.eval_every 0: whether the end of epoch ``epochs_done`` (1-based) of ``epochs`` is validated. Every
+    """Whether the end of an epoch is validated.
+
+    training.eval_every 0: whether the end of epoch ``epochs_done`` (1-based) of ``epochs`` is validated. Every
     k-th epoch is, k = ceil(epochs / MAX_EPOCH_VALIDATIONS), so tiny epochs (30 examples: two steps) do not make a
     validation of every few steps; the last epoch always is."""
     every = max(1, math.ceil(epochs / MAX_EPOCH_VALIDATIONS))
@@ -101,7 +105,9 @@ class TrainingLoop:
                     self._validate_and_checkpoint()
 
     def _over_time_budget(self) -> bool:
-        """Updates budget_spent (steps and validations, the largest over processes, so every process gets the
+        """Update the time budget and say whether it is spent.
+
+        Updates budget_spent (steps and validations, the largest over processes, so every process gets the
         same learning rate and the same answer); whether training.max_minutes is all spent."""
         budget = self.cfg.training.max_minutes
         if budget is None:
@@ -178,7 +184,9 @@ class TrainingLoop:
         return acc.sync_gradients
 
     def _losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """Extension point: each task's loss on a batch (the model's gold losses; distillation mixes in the
+        """Each task's loss on a batch.
+
+        Extension point: each task's loss on a batch (the model's gold losses; distillation mixes in the
         teacher's)."""
         return self.model(**batch).losses
 
@@ -209,7 +217,9 @@ class TrainingLoop:
     # ------------------------------------------------------------------------------------------------ validation
 
     def validate(self) -> dict[str, dict[str, Any]]:
-        """Per-task validation metrics through the scoring loop of ``evaluate`` (the same Predictor, batch size
+        """Per-task validation metrics.
+
+        Per-task validation metrics through the scoring loop of ``evaluate`` (the same Predictor, batch size
         and metrics); each process predicts its share of the examples and the predictions are gathered."""
         acc = self.accelerator
         model = acc.unwrap_model(self.model)

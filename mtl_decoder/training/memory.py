@@ -16,7 +16,9 @@ _M_MMAP_THRESHOLD = -3
 
 
 def keep_freed_memory() -> bool:
-    """Ask glibc to serve large allocations from the heap and not return freed memory to the OS (the process
+    """Keep freed memory in the process instead of returning it to the OS.
+
+    Ask glibc to serve large allocations from the heap and not return freed memory to the OS (the process
     keeps its peak size). Returns whether it applied; a no-op off glibc."""
     if not sys.platform.startswith("linux"):
         return False

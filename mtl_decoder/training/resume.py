@@ -1,4 +1,6 @@
-"""What a resumed run may change: the stored config against the new one, and the data files against their
+"""What a resumed run may change.
+
+The stored config against the new one, and the data files against their
 fingerprints, before anything is written.
 
 A resume continues the same run, so whatever fixes the model's shapes, the data order or the meaning of the
@@ -65,7 +67,9 @@ _MISSING = object()
 
 
 def key_default(key: str) -> Any:
-    """The value a dotted key (``model.trunk.layers``) takes in a config that leaves it out; _MISSING for keys with
+    """The default of a dotted config key.
+
+    The value a dotted key (``model.trunk.layers``) takes in a config that leaves it out; _MISSING for keys with
     no default of their own (tasks.*, distill.*)."""
     node: Any = None
     for i, part in enumerate(key.split(".")):
@@ -83,7 +87,9 @@ def key_default(key: str) -> Any:
 
 
 def changed_keys(stored: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Keys whose value differs. A key the stored config lacks counts as its default: the run was started by a
+    """Keys whose value differs.
+
+    A key the stored config lacks counts as its default: the run was started by a
     version before the key existed, and a new key's default is always the behaviour from before it."""
     old, now = flatten(stored), flatten(new)
     keys = sorted(set(old) | set(now))
@@ -135,7 +141,9 @@ def fingerprint(path: Path) -> dict[str, Any]:
 
 
 def check_data_unchanged(stored: dict[str, dict[str, Any]] | None, now: dict[str, dict[str, Any]], where: str) -> None:
-    """A UserError listing the data files that differ from their fingerprints in ``where`` (the run's data.json);
+    """Check the data files against their fingerprints.
+
+    A UserError listing the data files that differ from their fingerprints in ``where`` (the run's data.json);
     nothing for a run from before fingerprints were kept (``stored`` None)."""
     if stored is None:
         return

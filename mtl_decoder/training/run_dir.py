@@ -83,7 +83,9 @@ class RunDirectory:
         )
 
     def claim(self, remove_first: list[Path]) -> None:
-        """Make the folder this run's: remove what ``check_fresh`` listed (with --overwrite, saying so on stderr),
+        """Make the run folder this run's.
+
+        Make the folder this run's: remove what ``check_fresh`` listed (with --overwrite, saying so on stderr),
         write the marker."""
         if remove_first:
             names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in remove_first)
@@ -101,7 +103,9 @@ class RunDirectory:
         return PathLock(self.path, "in use by a training run", "wait for it to end (or stop it)")
 
     def abandon(self) -> list[Path]:
-        """Undo ``claim`` for a run that failed before its first checkpoint: remove the folder if this run created
+        """Undo ``claim`` for a run that failed before its first checkpoint.
+
+        Remove the folder if this run created
         it, else what it wrote there. Returns what was removed (nothing when the run was not claimed here)."""
         if self.created is None or (self.checkpoints.is_dir() and any(self.checkpoints.iterdir())):
             return []

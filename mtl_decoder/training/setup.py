@@ -36,7 +36,9 @@ class RunData:
 def read_data(
     cfg: ExperimentConfig, stored_labels: dict[str, list[str]] | None = None
 ) -> tuple[list[Source], list[Source], dict[str, list[str]]]:
-    """Train and validation sources, checked, with label sets (a resumed run's own, else inferred from train);
+    """Read and check the train and validation sources.
+
+    Train and validation sources, checked, with label sets (a resumed run's own, else inferred from train);
     the test split is read only to check its labels."""
     train = load_split(cfg.tasks, "train", repair_iob=cfg.data.repair_iob)
     if stored_labels is not None:
@@ -53,7 +55,9 @@ def read_data(
 
 
 def check_test_labels(cfg: ExperimentConfig, label_sets: dict[str, list[str]]) -> None:
-    """The test split of every task that has one, read and checked as validation is, then let go: a test label
+    """Read and check the test split's labels.
+
+    The test split of every task that has one, read and checked as validation is, then let go: a test label
     unseen in train would stop ``evaluate --split test`` after training, so it stops the run before."""
     names = [name for name, task in cfg.tasks.items() if source_key(task, "test") is not None]
     if names:
@@ -62,7 +66,9 @@ def check_test_labels(cfg: ExperimentConfig, label_sets: dict[str, list[str]]) -
 
 
 def make_tokenizer(cfg: ExperimentConfig, train: list[Source], stored: Path | None = None):
-    """The run's tokenizer: a resumed run's own, the pretrained trunk's, a pretrained one, or one trained on the
+    """The run's tokenizer.
+
+    A resumed run's own, the pretrained trunk's, a pretrained one, or one trained on the
     train texts."""
     if stored is not None:
         return load_pretrained_tokenizer(str(stored))
@@ -108,7 +114,9 @@ NO_DECAY_MODULES = (nn.LayerNorm, nn.RMSNorm, Gate, CRF)
 
 
 def parameter_groups(model: MultiTaskModel, extra: nn.Module | None, weight_decay: float) -> list[dict]:
-    """Weight decay on weight matrices only, chosen by the module that owns a parameter and its shape, never by
+    """The optimizer's parameter groups, with and without weight decay.
+
+    Weight decay on weight matrices only, chosen by the module that owns a parameter and its shape, never by
     its name: no decay inside NO_DECAY_MODULES, on biases and other vectors, nor on ``extra`` (the balancer)."""
     exempt = {id(p) for m in model.modules() if isinstance(m, NO_DECAY_MODULES) for p in m.parameters()}
     if extra is not None:
@@ -129,7 +137,9 @@ def make_optimizer(groups: list[dict], cfg: TrainingConfig) -> torch.optim.Optim
 
 
 def lr_lambda(cfg: TrainingConfig, total_steps: int, budget_spent: Callable[[], float] | None = None):
-    """The learning-rate factor of each optimizer step (LambdaLR): linear warm-up over warmup_ratio of the run,
+    """The learning-rate factor of each optimizer step.
+
+    The learning-rate factor of each optimizer step (LambdaLR): linear warm-up over warmup_ratio of the run,
     then the schedule's decay to 0 at ``total_steps``.
 
     ``budget_spent``: where training.max_minutes is set, a function giving the fraction of it spent so far. The
@@ -156,7 +166,9 @@ def lr_lambda(cfg: TrainingConfig, total_steps: int, budget_spent: Callable[[], 
 def precompute_trunk_states(
     model: nn.Module, data: RunData, accelerator: Accelerator, batch_size: int, log: RunLogger | None
 ) -> tuple[str, float]:
-    """Mode frozen: the trunk's states of every training and validation text, computed once into the state cache
+    """Compute a frozen trunk's states of every text before training.
+
+    Mode frozen: the trunk's states of every training and validation text, computed once into the state cache
     (shared by runs) before training, so that their one-time cost is reported apart from training time. Returns
     the line to log and the seconds spent ("" and 0 for a model without a frozen trunk).
 
@@ -208,7 +220,9 @@ def precompute_trunk_states(
 
 
 def _share(sequences: list[list[int]], rank: int, world: int) -> list[list[int]]:
-    """This process's share of the distinct sequences: every world-th of them, longest first (the same order on
+    """This process's share of the distinct sequences.
+
+    Every world-th of them, longest first (the same order on
     every process, so the shares do not overlap and cost about the same). ``precompute`` skips the cached ones."""
     distinct = sorted({tuple(ids) for ids in sequences}, key=lambda ids: (-len(ids), ids))
     return [list(ids) for ids in distinct[rank::world]]

@@ -61,7 +61,9 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
 ) -> TrainResult:
-    """Train a multi-task model; returns where the best model went and its validation metrics. ``config`` is not
+    """Train a multi-task model.
+
+    Returns where the best model went and its validation metrics. ``config`` is not
     modified (``output_dir`` overrides training.output_dir in the run's own copy). An error that would name one of
     the train command's flags names the argument of this function instead (``resume=True``, not ``--resume``)."""
     try:
@@ -94,7 +96,9 @@ def run_training(
 
 
 def run_trainer(trainer: Trainer) -> TrainResult:
-    """setup -> train -> save -> cleanup, ending as ``failures.ending`` says when the run cannot go on (a run
+    """Run a trainer from set-up to clean-up.
+
+    setup -> train -> save -> cleanup, ending as ``failures.ending`` says when the run cannot go on (a run
     that fails before its first step leaves its folder as it found it)."""
     with terminate_unwinds() as trainer.unwinder:  # SIGTERM unwinds: temporaries go, the lock is let go
         try:
@@ -112,7 +116,9 @@ def run_trainer(trainer: Trainer) -> TrainResult:
 
 
 def _multi_process_cpu() -> bool:
-    """Accelerate forms a gloo group for several CPU processes (torchrun, accelerate launch) only when told it
+    """Whether the run is several processes on a CPU.
+
+    Accelerate forms a gloo group for several CPU processes (torchrun, accelerate launch) only when told it
     runs on CPU; on a machine with an accelerator the launcher's device wins."""
     several = int(os.environ.get("WORLD_SIZE", "1")) > 1
     return several and default_device().type == "cpu"

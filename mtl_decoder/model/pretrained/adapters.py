@@ -48,7 +48,9 @@ def routing(layout: RouteLayout) -> Iterator[Routing]:
 
 
 def checkpoint_contexts() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
-    """``context_fn`` of torch's non-reentrant checkpoint (gradient checkpointing): the backward pass recomputes a
+    """The ``context_fn`` for gradient checkpointing under routing.
+
+    ``context_fn`` of torch's non-reentrant checkpoint (gradient checkpointing): the backward pass recomputes a
     block after ``routing`` has ended, so the recomputation gets the layout of the forward pass that checkpointed
     it again (called once per checkpointed block, during that forward pass); the gates it recomputes are dropped."""
     state = _ROUTING.get()
@@ -80,7 +82,9 @@ def lora_wrap(layer: nn.Module, trunk: TrunkConfig, name: str) -> nn.Module:
 
 
 def lora_copy(mlp: nn.Module, trunk: TrunkConfig, name: str = "expert") -> nn.Module:
-    """A module that computes ``mlp`` with a LoRA update on each of its linear layers; the frozen pretrained
+    """A LoRA-updated copy of an MLP that shares its frozen weights.
+
+    A module that computes ``mlp`` with a LoRA update on each of its linear layers; the frozen pretrained
     weights are shared with ``mlp`` (not copied), only the low-rank matrices are the copy's own."""
     from transformers.pytorch_utils import Conv1D
 
@@ -145,7 +149,9 @@ def _no_gates(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
 
 
 def install_expert_blocks(base: nn.Module, cfg: ModelConfig, tasks: list[str], mode: str) -> list[ExpertBlock | None]:
-    """Replace the MLP of every block of ``base`` that the variant gives experts (all, or for single-level cgc/mmoe
+    """Replace the MLPs of a pretrained trunk by expert blocks.
+
+    Replace the MLP of every block of ``base`` that the variant gives experts (all, or for single-level cgc/mmoe
     the top one) by its expert block, in place; returns each block's expert block (None: none). ``mode``: the
     experts, 'upcycle' (trained copies of the MLP) or 'lora' (the frozen MLP plus a low-rank update)."""
     trunk, variant = cfg.trunk, cfg.variant
@@ -190,7 +196,9 @@ UPCYCLE_GATE_STD = 0.02
 
 
 def break_symmetry(block: ExpertBlock) -> None:
-    """Upcycled experts are exact copies: under zero-weight gates every token mixes a group's copies in the same
+    """Make upcycled expert copies differ.
+
+    Upcycled experts are exact copies: under zero-weight gates every token mixes a group's copies in the same
     proportions, so they get the same gradients and never become different experts. Small random gate weights
     give each token its own mix, hence each copy its own gradient; the block's output is unchanged at step 0
     (any mix of identical experts is the pretrained MLP), and the shared-expert bias still sets the mean mass."""

@@ -63,7 +63,9 @@ class PretrainedDecoder(MultiTaskModel):
 
 
 def freeze_all_but_updates(trunk: nn.Module, trunk_cfg: TrunkConfig) -> None:
-    """Mode lora (and hybrid's top blocks with top_mode lora): the pretrained weights of ``trunk`` frozen, its LoRA
+    """Freeze the pretrained weights, leaving LoRA matrices and gates to train.
+
+    Mode lora (and hybrid's top blocks with top_mode lora): the pretrained weights of ``trunk`` frozen, its LoRA
     matrices (with ``lora_attention`` also on each block's attention projections) and gates train."""
     from peft.tuners.lora.layer import LoraLayer
 

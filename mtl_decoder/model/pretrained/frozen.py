@@ -1,4 +1,6 @@
-"""Mode 'frozen': a pretrained trunk's hidden states at block N, computed once per token sequence and cached on
+"""Mode 'frozen': native layers trained on a pretrained trunk's cached states.
+
+Mode 'frozen': a pretrained trunk's hidden states at block N, computed once per token sequence and cached on
 disk, read by native PLE decoder layers trained on top (the mode that fits a CPU).
 
 The states of a sequence depend only on the trunk's weights, the blocks kept, the dtype, its config (rope_theta,
@@ -163,7 +165,9 @@ class StateCache:
                 self._computed.discard(dropped)
 
     def _load_shard(self, shard: Path) -> None:
-        """Read every entry of a shard into memory at once (batches draw from all shards, so the rest is needed
+        """Read every entry of a shard into memory at once.
+
+        Read every entry of a shard into memory at once (batches draw from all shards, so the rest is needed
         soon); nothing when the shard is damaged."""
         for name, states in (self.disk.read_shard(shard) or {}).items():
             if name not in self.memory:
@@ -244,7 +248,9 @@ class FrozenStates(nn.Module):
     def for_inference(
         self, cache_dir: str | Path | None = None, write: bool = False, max_entries: int | None = None
     ) -> StateCache:
-        """Switch to the cache of an inference run: the folder of this trunk under ``cache_dir`` (default the
+        """Switch to the state cache of an inference run.
+
+        Switch to the cache of an inference run: the folder of this trunk under ``cache_dir`` (default the
         current cache's root), read, written only with ``write`` (``--cache-states``), at most ``max_entries``
         (default INFERENCE_ENTRIES) states in memory. Returns the new cache."""
         max_entries = max_entries or INFERENCE_ENTRIES
@@ -257,7 +263,9 @@ class FrozenStates(nn.Module):
         return self.cache
 
     def set_compute(self, tag: str) -> None:
-        """The trunk now computes differently (e.g. int8 weights): its states go to (and come from) their own
+        """Tell the cache that the trunk now computes differently.
+
+        The trunk now computes differently (e.g. int8 weights): its states go to (and come from) their own
         folder, with the cache's other settings kept."""
         self.cache.flush()
         self.compute_tag = tag
@@ -269,7 +277,9 @@ class FrozenStates(nn.Module):
 
     @staticmethod
     def exactly(device: torch.device) -> contextlib.AbstractContextManager:
-        """Autocast switched off: the one context every frozen computation of the trunk (its pass, the cache's
+        """The context every frozen computation of the trunk runs in.
+
+        Autocast switched off: the one context every frozen computation of the trunk (its pass, the cache's
         reads and writes) runs in, so that it computes in its own dtype whatever precision the layers above use
         and its cached states never depend on the caller's precision."""
         return torch.autocast(device.type, enabled=False)
@@ -368,7 +378,9 @@ class FrozenDecoder(MTLDecoder):
 
 
 def cache_for(identity: BaseIdentity, dtype: str, cache_dir: str | None, config: Any = None) -> StateCache:
-    """The state cache of this trunk: its own folder under ``cache_dir`` (default ~/.cache/mtl-decoder/states), keyed
+    """The state cache of this trunk.
+
+    Its own folder under ``cache_dir`` (default ~/.cache/mtl-decoder/states), keyed
     by ``config`` too (the trunk's transformers config; pass it: without, the folder is keyed 'none')."""
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_root()
     return StateCache(root / cache_folder(identity, dtype, config))

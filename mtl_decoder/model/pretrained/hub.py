@@ -1,4 +1,6 @@
-"""A pretrained Hugging Face causal LM as a trunk: loaded through transformers' own classes from the hub, a local
+"""A pretrained Hugging Face causal LM as a trunk.
+
+Loaded through transformers' own classes from the hub, a local
 folder or a GGUF file, cut to its first N blocks, with its identity (where it came from and a hash of its weights)
 and its tokenizer. transformers is imported inside the functions: a native model never pays for it."""
 
@@ -105,7 +107,9 @@ def load_base(trunk: TrunkConfig) -> tuple[nn.Module, BaseIdentity]:
 
 
 def base_from_config(directory: Path, identity: dict[str, Any], dtype: str) -> tuple[nn.Module, BaseIdentity]:
-    """A trunk of the saved architecture (``directory``/config.json) with untrained weights, for a model folder
+    """A trunk of the saved architecture with untrained weights.
+
+    A trunk of the saved architecture (``directory``/config.json) with untrained weights, for a model folder
     whose weights file holds every trunk weight (mode upcycle): the original checkpoint is not needed."""
     from transformers import AutoConfig, AutoModel
 

@@ -1,4 +1,6 @@
-"""Mode 'hybrid': the lower blocks of a pretrained trunk frozen and cached, its top ``train_top`` blocks trained on
+"""Mode 'hybrid': a pretrained trunk's lower blocks cached, its top blocks trained.
+
+Mode 'hybrid': the lower blocks of a pretrained trunk frozen and cached, its top ``train_top`` blocks trained on
 top of the cache, the native PLE layers (model.n_layers, possibly none) above them.
 
     ids -> blocks 1..N-k (frozen; the residual stream after block N-k cached per token sequence, layermix.py)
@@ -31,7 +33,9 @@ from mtl_decoder.model.pretrained.layermix import LayerStates, layered_cache
 
 
 def split_trunk(base: nn.Module, start: int) -> nn.Module:
-    """Cut ``base`` after block ``start`` in place (it keeps its embeddings and blocks 1..start: the part whose
+    """Split a pretrained trunk after a block.
+
+    Cut ``base`` after block ``start`` in place (it keeps its embeddings and blocks 1..start: the part whose
     states are cached) and return the blocks above as a model of the same class: blocks start+1..N, the final
     norm and the position machinery, no token embedding (it reads the cached states as ``inputs_embeds``)."""
     layers = decoder_layers(base)

@@ -1,4 +1,6 @@
-"""Several blocks of a frozen trunk read at once (``model.trunk.read_layers``), each block's states cached on its
+"""Several blocks of a frozen trunk read at once and mixed.
+
+Several blocks of a frozen trunk read at once (``model.trunk.read_layers``), each block's states cached on its
 own, and combined by a learned mix: ELMo's scalar mix (one per route the first native layer reads, so each task
 can prefer its own layers) or a projected concatenation.
 
@@ -53,7 +55,9 @@ def blocks_attribute(base: nn.Module) -> str:
 
 
 def prefix_digests(base: nn.Module, blocks: Iterable[int]) -> dict[int, str]:
-    """Block i -> a hash of what its states depend on: the config (depth left out), and in state-dict order the
+    """A hash per block of what its states depend on.
+
+    Block i -> a hash of what its states depend on: the config (depth left out), and in state-dict order the
     weights in front of the blocks (embeddings) and those of blocks 1..i. One pass over the weights."""
     wanted = sorted(set(blocks))
     skip = VOLATILE_CONFIG_KEYS | set(_DEPTH_KEYS)  # the same entries frozen.config_digest leaves out, and depth
@@ -77,7 +81,9 @@ def prefix_digests(base: nn.Module, blocks: Iterable[int]) -> dict[int, str]:
 
 
 class LayeredCache:
-    """The (T, L*H) states of L blocks side by side by token sequence, kept as one ``StateCache`` per block (its
+    """The states of several blocks, cached block by block.
+
+    The (T, L*H) states of L blocks side by side by token sequence, kept as one ``StateCache`` per block (its
     own folder), so that models reading other sets of blocks share the blocks they have in common. Answers what
     ``FrozenStates`` asks of a ``StateCache``."""
 
@@ -121,7 +127,9 @@ class LayeredCache:
         return found
 
     def put(self, key: str, states: torch.Tensor) -> torch.Tensor:
-        """Store each block's (T, H) slice of (T, L*H) ``states`` where that block does not hold it yet; returns
+        """Store each block's slice of the states where it is missing.
+
+        Store each block's (T, H) slice of (T, L*H) ``states`` where that block does not hold it yet; returns
         the stored (T, L*H) states (each block's as it is cached)."""
         parts = []
         for cache, part in zip(self.caches.values(), states.split(self.width, dim=-1), strict=True):
@@ -145,7 +153,9 @@ class LayeredCache:
 def layered_cache(
     base: nn.Module, identity: BaseIdentity, blocks: list[int], dtype: str, cache_dir: str | Path | None
 ) -> LayeredCache:
-    """The cache of ``blocks``' states: a folder per block under ``cache_dir`` (default ~/.cache/mtl-decoder/states),
+    """The layered state cache of a set of blocks.
+
+    The cache of ``blocks``' states: a folder per block under ``cache_dir`` (default ~/.cache/mtl-decoder/states),
     named by the block and the hash of what its states depend on (``prefix_digests``)."""
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_root()
     return block_caches(root, identity, blocks, dtype, prefix_digests(base, blocks))
@@ -267,7 +277,9 @@ def final_norm_of(base: nn.Module) -> nn.Module:
 
 
 class LayerMix(nn.Module):
-    """(B, T, L*H) states of L blocks -> each block normed by its own trainable copy of the trunk's final norm
+    """A learned combination of several blocks' states.
+
+    (B, T, L*H) states of L blocks -> each block normed by its own trainable copy of the trunk's final norm
     (residual streams grow with depth, and the copy starts where the trunk's own reading of its last block is),
     then combined by the subclass (``model.trunk.layer_mix``, resolved once through ``LAYER_MIXES``)."""
 
@@ -345,7 +357,9 @@ def _trainable_copy(module: nn.Module) -> nn.Module:
 
 
 class LayerMixDecoder(FrozenDecoder):
-    """``FrozenDecoder`` reading several blocks: the mixed (or concatenated) states go through the same norm and
+    """A frozen-trunk decoder reading several blocks.
+
+    ``FrozenDecoder`` reading several blocks: the mixed (or concatenated) states go through the same norm and
     projection to the native layers' width. With a scalar mix and a variant whose first layer already holds
     the routes (ple, cgc_stacked), each route reads its own mix; otherwise one mix feeds the shared bottom."""
 

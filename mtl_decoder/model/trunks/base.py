@@ -1,4 +1,6 @@
-"""The trunk interface: what training, saving, loading, logging, the model card, export, int8 and the state cache
+"""The trunk interface.
+
+What training, saving, loading, logging, the model card, export, int8 and the state cache
 ask of the way a model reads its trunk.
 
 A ``Trunk`` is made from the model config alone (``trunks.trunk_for``), so the config-level questions (how it
@@ -87,7 +89,9 @@ class Trunk(ABC):
         return None
 
     def cached_states(self) -> FrozenStates | None:
-        """The module that computes the frozen part's states once per token sequence and caches them (its
+        """The module that computes and caches the frozen part's states, if any.
+
+        The module that computes the frozen part's states once per token sequence and caches them (its
         ``cache``, ``precompute``, ``for_inference``, ``set_compute``); None: nothing is cached."""
         return None
 
@@ -131,7 +135,9 @@ class Trunk(ABC):
         return [f"A {self.name} trunk{trained}: {m.n_layers} layers, d_model {m.d_model}."]
 
     def export_base(self, model_dir: Path, expert: str | None) -> tuple[nn.Module, bool]:
-        """The pretrained base model ``export --trunk`` writes, and whether its blocks hold experts to choose
+        """The pretrained base model that ``export --trunk`` writes.
+
+        The pretrained base model ``export --trunk`` writes, and whether its blocks hold experts to choose
         from; a UserError where this trunk has no checkpoint to export."""
         from mtl_decoder.errors import UserError
 

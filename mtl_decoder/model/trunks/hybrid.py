@@ -1,4 +1,6 @@
-"""Mode 'hybrid': the lower blocks of a pretrained trunk frozen and cached, the top blocks trained on the cache,
+"""Mode 'hybrid': a pretrained trunk's lower blocks cached, its top blocks trained.
+
+Mode 'hybrid': the lower blocks of a pretrained trunk frozen and cached, the top blocks trained on the cache,
 native PLE layers (if any) above (model/pretrained/hybrid.py)."""
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ class HybridTrunk(PretrainedTrunk):
         return self.cfg.trunk.top_mode != "lora"
 
     def state_to_save(self) -> dict[str, torch.Tensor]:
-        """Everything trained (top_mode upcycle: every weight of the top blocks), or with top_mode lora only what
+        """The weights a hybrid trunk saves.
+
+        Everything trained (top_mode upcycle: every weight of the top blocks), or with top_mode lora only what
         trains (updates, gates, native layers, heads); the cached lower blocks are referenced by identity."""
         if self.loads_strictly:
             return self.model.state_dict()

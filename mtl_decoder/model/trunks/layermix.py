@@ -1,4 +1,6 @@
-"""Mode 'frozen' with ``model.trunk.read_layers``: native PLE layers over a learned mix of several blocks' cached
+"""Mode 'frozen' reading several blocks (``model.trunk.read_layers``).
+
+Mode 'frozen' with ``model.trunk.read_layers``: native PLE layers over a learned mix of several blocks' cached
 states (model/pretrained/layermix.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Mode 'lora': a pretrained trunk frozen, each expert its MLP plus its own low-rank update
+"""Mode 'lora': a frozen pretrained trunk with a low-rank update per expert.
+
+Mode 'lora': a pretrained trunk frozen, each expert its MLP plus its own low-rank update
 (model/pretrained/finetuned.py)."""
 
 from __future__ import annotations

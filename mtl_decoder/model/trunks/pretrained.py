@@ -1,4 +1,6 @@
-"""What every trunk read from a pretrained checkpoint shares: loading it (checked against a saved model's
+"""What every trunk read from a pretrained checkpoint shares.
+
+Loading it (checked against a saved model's
 identity), its identity, the files it adds to a model folder (trunk.json, trunk/) and its model-card lines."""
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ class PretrainedTrunk(Trunk):
     def load_base(
         self, saved_trunk: Path | None, expected_identity: dict[str, Any] | None
     ) -> tuple[nn.Module, BaseIdentity]:
-        """The base model and its identity: from ``model.trunk.pretrained``, or for a saved model from its trunk/
+        """Load a trunk's base model and its identity.
+
+        The base model and its identity: from ``model.trunk.pretrained``, or for a saved model from its trunk/
         folder when that holds the weights (or when the weights file holds them all: only the architecture is
         read); ``expected_identity`` (the saved trunk.json) must match the weights loaded."""
         from mtl_decoder.model.pretrained.hub import base_from_config, load_base
@@ -106,7 +110,9 @@ class PretrainedTrunk(Trunk):
 
 
 def base_weights(base: nn.Module) -> dict[str, torch.Tensor]:
-    """The frozen pretrained weights of a trunk under its original parameter names: in mode lora every expert
+    """The frozen pretrained weights under their original parameter names.
+
+    The frozen pretrained weights of a trunk under its original parameter names: in mode lora every expert
     of a block wraps the same frozen MLP, so the first shared expert's ``base_layer``s are that MLP's weights."""
     out = {}
     for name, tensor in base.state_dict().items():

@@ -1,4 +1,6 @@
-"""Mode 'upcycle': a pretrained trunk with every block's MLP turned into its expert block of trained copies, all
+"""Mode 'upcycle': a pretrained trunk's MLPs turned into trained expert blocks.
+
+Mode 'upcycle': a pretrained trunk with every block's MLP turned into its expert block of trained copies, all
 weights trained (model/pretrained/finetuned.py)."""
 
 from __future__ import annotations
