@@ -132,8 +132,10 @@ class TrunkConfig:
 
 
 def allow_trunk_mode(name: str, caches_states: bool = False) -> None:
-    """Accept ``name`` as a model.trunk.mode: a way of reading a trunk registered by model.trunks.register_trunk
-    (``caches_states``: its states are computed once per token sequence and cached, as mode frozen's)."""
+    """Accept ``name`` as a model.trunk.mode.
+
+    ``name`` is a way of reading a trunk registered by model.trunks.register_trunk; ``caches_states``: its states are
+    computed once per token sequence and cached, as mode frozen's."""
     if name not in TRUNK_MODES and name not in _REGISTERED_MODES:
         _REGISTERED_MODES.append(name)
         if caches_states:
