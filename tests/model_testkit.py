@@ -10,6 +10,7 @@ import torch
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING, ModelConfig
 from mtl_decoder.model import MTLDecoder, TaskHeadSpec
+from mtl_decoder.model.trunks.native import NativeTrunk
 
 VOCAB = 40
 PAD = 0
@@ -33,7 +34,8 @@ def tiny_specs() -> list[TaskHeadSpec]:
 
 def tiny_model(seed: int = 0, specs: list[TaskHeadSpec] | None = None, **overrides) -> MTLDecoder:
     torch.manual_seed(seed)
-    return MTLDecoder(tiny_config(**overrides), specs or tiny_specs(), vocab_size=VOCAB, pad_id=PAD)
+    cfg = tiny_config(**overrides)
+    return NativeTrunk(cfg).bind(MTLDecoder(cfg, specs or tiny_specs(), vocab_size=VOCAB, pad_id=PAD))
 
 
 def perturb(model: torch.nn.Module, seed: int = 1, std: float = 0.1) -> torch.nn.Module:

@@ -117,10 +117,6 @@ class MTLDecoder(MultiTaskModel):
         example); its expert block forks the stream into the routes (n_layers: never, hard sharing)."""
         self.final_norm = make_norm(cfg.norm, cfg.d_model)
         self._init_weights()
-        if type(self) is MTLDecoder:  # built directly rather than by a trunk (model.trunks): the native trunk's
-            from mtl_decoder.model.trunks.native import NativeTrunk
-
-            NativeTrunk(cfg).bind(self)
 
     def _init_weights(self) -> None:
         for module in self.modules():

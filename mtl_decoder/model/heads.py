@@ -10,7 +10,7 @@ its label and averaged per example (PLE paper, Eq. 9).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,9 +19,6 @@ from torch import nn
 from mtl_decoder.config import CLASSIFICATION, SHARED, TAGGING, ModelConfig
 from mtl_decoder.model.crf import CRF
 from mtl_decoder.model.experts import ExpertBlock, RouteLayout
-
-if TYPE_CHECKING:
-    from mtl_decoder.model.trunks.base import Trunk
 
 
 @dataclass(frozen=True)
@@ -54,8 +51,9 @@ class MultiTaskModel(nn.Module):
 
     final_norm: nn.Module
     """Applied to a route's stream before its head (the trunk's last norm; Identity where the trunk applies it)."""
-    trunk_kind: Trunk
-    """The way this model reads its trunk (model.trunks), bound when the trunk built it."""
+    trunk_kind: Any
+    """The way this model reads its trunk: a model.trunks ``Trunk``, bound by the trunk that built the model (a
+    decoder built directly has none until ``NativeTrunk(cfg).bind(model)``)."""
 
     def __init__(self, cfg: ModelConfig, tasks: list[TaskHeadSpec], d_model: int):
         super().__init__()

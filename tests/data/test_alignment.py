@@ -15,6 +15,7 @@ from mtl_decoder.data.batching import Collator, EncodedExample
 from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.inference.predictor import Predictor, _Piece
 from mtl_decoder.model import MTLDecoder, TaskHeadSpec, word_level
+from mtl_decoder.model.trunks.native import NativeTrunk
 
 MAX_LENGTH = 40
 LABELS = ("O", "B-X", "I-X")
@@ -31,7 +32,7 @@ def tiny_model(vocab: int, attention: str = "bidirectional", word_token: str = "
     cfg = ModelConfig(
         d_model=16, n_layers=1, n_heads=2, expert_hidden=8, dropout=0.0, attention=attention, word_token=word_token
     )
-    return MTLDecoder(cfg, [TaskHeadSpec("ner", TAGGING, LABELS)], vocab_size=vocab).eval()
+    return NativeTrunk(cfg).bind(MTLDecoder(cfg, [TaskHeadSpec("ner", TAGGING, LABELS)], vocab_size=vocab)).eval()
 
 
 def test_blank_pieces_are_whitespace_only():

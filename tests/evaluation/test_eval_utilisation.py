@@ -12,6 +12,7 @@ import torch
 from mtl_decoder.config import CLASSIFICATION, TAGGING, ModelConfig
 from mtl_decoder.evaluation.utilisation import NO_GATES_NOTE, GateStats, UtilisationTracker, bucket_labels
 from mtl_decoder.model import MTLDecoder, TaskHeadSpec
+from mtl_decoder.model.trunks.native import NativeTrunk
 
 SPECS = [TaskHeadSpec("ner", TAGGING, ("O", "B-PER", "I-PER")), TaskHeadSpec("sent", CLASSIFICATION, ("neg", "pos"))]
 NER_P = [0.7, 0.25, 0.05]  # ner/0, shared/0, shared/1: shared/1 is below 0.25 x 1/3 -> dead
@@ -43,7 +44,7 @@ def tiny(ffn: str = "ple", n_shared: int = 2) -> MTLDecoder:
         dropout=0.0,
         ffn=ffn,
     )
-    return MTLDecoder(cfg, SPECS, vocab_size=20).eval()
+    return NativeTrunk(cfg).bind(MTLDecoder(cfg, SPECS, vocab_size=20)).eval()
 
 
 def set_gates(model: MTLDecoder) -> None:

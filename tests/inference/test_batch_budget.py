@@ -16,6 +16,7 @@ from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.errors import UserError
 from mtl_decoder.inference.predictor import MAX_TOKENS, Predictor, _Piece
 from mtl_decoder.model import MTLDecoder, TaskHeadSpec
+from mtl_decoder.model.trunks.native import NativeTrunk
 
 LABELS = {"ner": ["O", "B-X", "I-X"], "sent": ["neg", "pos"]}
 
@@ -25,7 +26,7 @@ def tiny_predictor(max_tokens: int | None = None, batch_size: int = 8) -> Predic
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, expert_hidden=8, dropout=0.0)
     tasks = [TaskHeadSpec("ner", TAGGING, tuple(LABELS["ner"])), TaskHeadSpec("sent", CLASSIFICATION, ("neg", "pos"))]
-    model = MTLDecoder(cfg, tasks, vocab_size=tok.get_vocab_size()).eval()
+    model = NativeTrunk(cfg).bind(MTLDecoder(cfg, tasks, vocab_size=tok.get_vocab_size())).eval()
     encoder = TextEncoder.for_model(tok, cfg, 48)
     return Predictor(model, encoder, LABELS, batch_size=batch_size, workers=1, max_tokens=max_tokens)
 

@@ -15,6 +15,7 @@ from mtl_decoder.data.batching import EncodedExample
 from mtl_decoder.data.tokenization import TextEncoder, train_tokenizer
 from mtl_decoder.inference.predictor import Predictor
 from mtl_decoder.model import MTLDecoder, TaskHeadSpec
+from mtl_decoder.model.trunks.native import NativeTrunk
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SENTENCES = [json.loads(line)["tokens"] for line in (FIXTURES / "ner_train.jsonl").read_text().splitlines()]
@@ -29,7 +30,7 @@ def predictor(fast: bool) -> Predictor:
     )  # fmt: skip
     tasks = [TaskHeadSpec("ner", TAGGING, tuple(LABELS["ner"])), TaskHeadSpec("sent", CLASSIFICATION, ("neg", "pos"))]
     torch.manual_seed(0)
-    model = MTLDecoder(cfg, tasks, vocab_size=tok.get_vocab_size()).eval()
+    model = NativeTrunk(cfg).bind(MTLDecoder(cfg, tasks, vocab_size=tok.get_vocab_size())).eval()
     for p in model.parameters():  # an untrained model's heads start near zero: spread the scores
         torch.nn.init.normal_(p, std=0.5)
     encoder = TextEncoder.for_model(tok, cfg, 24)  # short: long items are tagged in windows
