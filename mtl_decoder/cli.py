@@ -12,6 +12,7 @@
     mtl-decoder diagnose (--model RUN/best | --checkpoints RUN) [--data TASK=PATH ...] [--output DIR]
     mtl-decoder overfit  --config C [--steps N] [--threshold X]        (exit 1 unless one batch is fit and saved)
     mtl-decoder export   --model RUN/best --trunk --output DIR [--expert shared/0] [--force]
+    mtl-decoder quantize --model RUN/best [--calibration-texts 512] [--alpha 0.8]   (W8A8 scales for --precision int8)
 
 User errors (bad config, bad data, missing files) print one line and exit with status 2, no traceback; so does a
 predict run in which every record failed (after its summary), and an operating-system error no closer layer named
@@ -31,6 +32,7 @@ from mtl_decoder.commands.evaluate import add_evaluate
 from mtl_decoder.commands.export import add_export
 from mtl_decoder.commands.gate_table import add_build_gate_table
 from mtl_decoder.commands.predict import add_merge_predictions, add_predict
+from mtl_decoder.commands.quantize import add_quantize
 from mtl_decoder.commands.training import add_distill, add_train
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import Terminated, os_reason
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_diagnose(sub)
     add_overfit(sub)
     add_export(sub)
+    add_quantize(sub)
     return parser
 
 

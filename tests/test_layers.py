@@ -25,6 +25,7 @@ LAYERS = [
     "export",
     "inference",  # the engine that runs a model on words and texts
     "export_onnx",  # export --format onnx: the graph, checked against the engine
+    "quantize",  # quantize: W8A8 scales, checked against float32 through the engine
     "evaluation",
     "prediction",  # file-level jobs over the engine
     "training",

@@ -1,4 +1,4 @@
-"""``--precision int8``: dynamic int8 quantisation of a model's Linear modules.
+"""``--precision int8``: dynamic int8 quantisation of a model's Linear modules (W8A8 where the folder has scales).
 
 ``--precision int8``: dynamic int8 quantisation of a model's Linear modules (torch.ao.quantization.quantize_dynamic),
 in place: int8 weights with one scale per output channel, activations quantised per tensor as each batch runs.
@@ -16,7 +16,9 @@ In the native layers, the attention projections are quantised; the gates (their 
 in float32), the input projection of a frozen trunk's states and the task heads stay float32: a small share of
 the work, and what the outputs hang on.
 
-A frozen trunk's states under int8 are cached apart from the float32 ones (``FrozenStates.set_compute``). Modes
+A frozen trunk's states under int8 are cached apart from the float32 ones (``FrozenStates.set_compute``). Where
+the model folder holds SmoothQuant scales (``mtl-decoder quantize``, inference/smoothquant.py), every Linear of the
+cached trunk blocks runs int8 instead (W8A8), its states cached under their own tag. Modes
 ``upcycle`` and ``lora`` are not supported (their experts are grouped matrix products and peft wrappers that
 ``quantize_dynamic`` does not reach). Agreement with fp32 on real tasks: ``benchmarks/precision_agreement.py``.
 """
@@ -24,6 +26,7 @@ A frozen trunk's states under int8 are cached apart from the float32 ones (``Fro
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 from torch import nn
@@ -35,6 +38,15 @@ TRUNK_INT8 = ("gate_proj", "up_proj")
 
 INT8_FLAG = "int8_quantised"
 """Attribute set on a model quantised in place: it cannot go back to fp32 or bf16."""
+
+
+SMOOTHING = "int8_smoothing"
+"""Attribute of a model whose folder holds SmoothQuant scales (``use_smoothing``): its int8 is then W8A8."""
+
+
+def use_smoothing(model: nn.Module, scales: dict[str, torch.Tensor], settings: Any) -> None:
+    """Make int8 of ``model`` W8A8: every Linear of its cached trunk blocks, smoothed by ``scales`` (smoothquant.py)."""
+    model.__dict__[SMOOTHING] = (scales, settings)  # not a module attribute: outside the state dict
 
 
 def is_int8(model: nn.Module) -> bool:
@@ -50,7 +62,14 @@ def quantize_int8(model: nn.Module) -> list[str]:
         raise UserError("precision int8: supported for native models and frozen trunks, not modes upcycle and lora")
     done: list[str] = []
     states = trunk.cached_states()
-    if states is not None:  # the frozen trunk (or its cached lower blocks), held outside the tree
+    smoothing = model.__dict__.get(SMOOTHING)
+    if states is not None and smoothing is not None:  # W8A8 with the folder's SmoothQuant scales
+        from mtl_decoder.inference.smoothquant import quantize_blocks, scales_digest
+
+        scales, settings = smoothing
+        done += [f"trunk.{n}" for n in quantize_blocks(states.base, scales, settings)]
+        states.set_compute(f"w8a8-{scales_digest(scales, settings)}")
+    elif states is not None:  # the frozen trunk (or its cached lower blocks), held outside the tree
         names = {n for n, m in states.base.named_modules() if isinstance(m, nn.Linear) and _leaf(n) in TRUNK_INT8}
         _quantize(states.base, names)
         states.set_compute("int8")

@@ -1,0 +1,293 @@
+"""W8A8 int8 for a pretrained trunk's blocks: SmoothQuant scales, then every Linear in int8.
+
+SmoothQuant (Xiao et al., 2023): a Llama-style block's activations have outlier channels that per-tensor int8
+cannot hold, its weights do not. Per input channel j of a Linear, ``s_j = max|X_j|^alpha / max|W_:,j|^(1-alpha)``
+(max|X_j| calibrated on a few hundred texts) moves the range from the activation into the weight: the activation
+is divided by s where it is made, the weight's column multiplied by it, so the float function is unchanged. Where
+the division goes, per block:
+
+    attn_in  (q/k/v's input)    into input_layernorm's weight
+    mlp_in   (gate/up's input)  into post_attention_layernorm's weight
+    down_in  (down_proj's input = act(gate) * up)  into up_proj's output rows
+    o_in     (o_proj's input = the heads' values)  into v_proj's output rows, one scale per key-value head channel
+             (query heads sharing a key-value head share its values, so they share the scale: the max over them)
+
+Then every Linear of the blocks runs int8 (``Int8Linear``): weights per output channel, activations quantised as
+each batch runs, per tensor (torch's fused dynamic kernel) or per token (``torch._int_mm``). down_proj reads the
+SwiGLU product, whose outliers are per token (a few tokens carry values in the thousands at some blocks) rather
+than per channel, so it is quantised per token and smoothed less (``down_alpha``). Measured on SmolLM2-135M's 16
+blocks: benchmarks/smoothquant_probe.py and benchmarks/precision_agreement.py.
+
+The scales are made once by ``mtl-decoder quantize`` (prediction/smoothquant_job.py) and stored in the model folder
+(``SCALES_FILE``); ``--precision int8`` uses them when the folder has them (inference/quantize.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mtl_decoder.errors import UserError
+
+SCALES_FILE = "smoothquant.safetensors"
+"""In a model folder: the smoothing scales of its trunk's cached blocks, and (metadata) how they were made."""
+GROUPS = ("attn_in", "o_in", "mlp_in", "down_in")
+"""The smoothing scales of one block (see the module doc)."""
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclasses.dataclass(frozen=True)
+class SmoothQuantSettings:
+    """How the scales are made and the Linears quantised."""
+
+    alpha: float = 0.8
+    """Migration strength of q/k/v, o_proj and gate/up: 0 keeps the activation's range, 1 moves it all."""
+    down_alpha: float = 0.5
+    """Migration strength of down_proj (its outliers are per token, which smoothing cannot move)."""
+    down_per_token: bool = True
+    """Quantise down_proj's input per token (else per tensor, like the others)."""
+
+    def __post_init__(self):
+        for name in ("alpha", "down_alpha"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise UserError(f"smoothquant {name}: must be in [0, 1], got {value}")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SmoothQuantSettings:
+        return cls(**json.loads(text))
+
+
+# ------------------------------------------------------------------------------------------------ the blocks
+
+
+def blocks_of(base: nn.Module) -> list[nn.Module]:
+    """The Llama-style blocks of a transformers base model; a UserError naming what is missing otherwise."""
+    layers = getattr(base, "layers", None)
+    if layers is None or len(layers) == 0:
+        raise UserError("int8 (W8A8): the trunk has no .layers of transformer blocks")
+    for i, block in enumerate(layers):
+        attn, mlp = getattr(block, "self_attn", None), getattr(block, "mlp", None)
+        missing = [n for n in PROJECTIONS[:4] if not isinstance(getattr(attn, n, None), nn.Linear)]
+        missing += [n for n in PROJECTIONS[4:] if not isinstance(getattr(mlp, n, None), nn.Linear)]
+        missing += [n for n in ("input_layernorm", "post_attention_layernorm") if not hasattr(block, n)]
+        if missing:
+            raise UserError(
+                f"int8 (W8A8): block {i} of the trunk is not Llama-style (no {', '.join(missing)}); SmoothQuant "
+                "supports Llama, Mistral and Qwen2-style blocks"
+            )
+    return list(layers)
+
+
+def _kv_layout(base: nn.Module) -> tuple[int, int, int]:
+    """(key-value heads, query heads per key-value head, head width)."""
+    config = base.config
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    width = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return kv, heads // kv, width
+
+
+# ------------------------------------------------------------------------------------------------ calibration
+
+
+@torch.no_grad()
+def calibrate(base: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """max|x_j| of every smoothed input over the real (unpadded) tokens of ``batches`` of (ids, mask) (B, T).
+
+    Keys ``'{block}.{group}'`` (GROUPS); the trunk runs in float32 as it is."""
+    blocks = blocks_of(base)
+    amax: dict[str, torch.Tensor] = {}
+    real: dict[str, torch.Tensor] = {}
+
+    def record(key: str):
+        def hook(_module, inputs):
+            x = inputs[0].detach().float().abs()  # (B, T, K)
+            x = x[real["mask"]] if x.dim() == 3 else x.reshape(-1, x.shape[-1])  # (tokens, K)
+            top = x.amax(0)
+            amax[key] = torch.maximum(amax[key], top) if key in amax else top
+
+        return hook
+
+    hooks = []
+    for i, block in enumerate(blocks):
+        for group, linear in (("attn_in", block.self_attn.q_proj), ("o_in", block.self_attn.o_proj),
+                              ("mlp_in", block.mlp.gate_proj), ("down_in", block.mlp.down_proj)):  # fmt: skip
+            hooks.append(linear.register_forward_pre_hook(record(f"{i}.{group}")))
+    was_training = base.training
+    base.eval()
+    try:
+        for ids, mask in batches:
+            real["mask"] = mask.bool()
+            base(input_ids=ids, attention_mask=mask.long(), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+        base.train(was_training)
+    if not amax:
+        raise UserError("int8 (W8A8): no calibration text")
+    return amax
+
+
+def _scale(amax_x: torch.Tensor, weights: list[torch.Tensor], alpha: float) -> torch.Tensor:
+    """s_j = max|X_j|^alpha / max|W_:,j|^(1-alpha), over the weights that read input channel j."""
+    w = torch.stack([w.detach().float().abs().amax(0) for w in weights]).amax(0)  # (K,)
+    s = amax_x.clamp(min=1e-5) ** alpha / w.clamp(min=1e-5) ** (1 - alpha)
+    return s.clamp(min=1e-5)
+
+
+def smoothing_scales(
+    base: nn.Module, amax: dict[str, torch.Tensor], settings: SmoothQuantSettings
+) -> dict[str, torch.Tensor]:
+    """The scales of every block (keys as ``calibrate``'s); o_in has one per key-value head channel (kv * d,)."""
+    kv, group, width = _kv_layout(base)
+    scales = {}
+    for i, block in enumerate(blocks_of(base)):
+        attn, mlp = block.self_attn, block.mlp
+        a = settings.alpha
+        scales[f"{i}.attn_in"] = _scale(amax[f"{i}.attn_in"], [attn.q_proj.weight, attn.k_proj.weight,
+                                                               attn.v_proj.weight], a)  # fmt: skip
+        scales[f"{i}.mlp_in"] = _scale(amax[f"{i}.mlp_in"], [mlp.gate_proj.weight, mlp.up_proj.weight], a)
+        scales[f"{i}.down_in"] = _scale(amax[f"{i}.down_in"], [mlp.down_proj.weight], settings.down_alpha)
+        per_query = _scale(amax[f"{i}.o_in"], [attn.o_proj.weight], a)  # (heads * d,)
+        scales[f"{i}.o_in"] = per_query.view(kv, group, width).amax(1).reshape(-1)  # (kv * d,)
+    return scales
+
+
+# ------------------------------------------------------------------------------------------------ folding
+
+
+@torch.no_grad()
+def fold_scales(base: nn.Module, scales: dict[str, torch.Tensor]) -> None:
+    """Divide each activation by its scale where it is made and multiply the reading columns by it (in place)."""
+    kv, group, width = _kv_layout(base)
+    for i, block in enumerate(blocks_of(base)):
+        attn, mlp = block.self_attn, block.mlp
+        s = scales[f"{i}.attn_in"]
+        block.input_layernorm.weight.div_(s)
+        for linear in (attn.q_proj, attn.k_proj, attn.v_proj):
+            linear.weight.mul_(s)
+        s = scales[f"{i}.mlp_in"]
+        block.post_attention_layernorm.weight.div_(s)
+        for linear in (mlp.gate_proj, mlp.up_proj):
+            linear.weight.mul_(s)
+        s = scales[f"{i}.down_in"]  # act(gate) * up: scaling up's output scales the product
+        mlp.up_proj.weight.div_(s[:, None])
+        if mlp.up_proj.bias is not None:
+            mlp.up_proj.bias.div_(s)
+        mlp.down_proj.weight.mul_(s)
+        s = scales[f"{i}.o_in"]  # (kv * d,): v's rows, then o's columns for every query head of the group
+        attn.v_proj.weight.div_(s[:, None])
+        if attn.v_proj.bias is not None:
+            attn.v_proj.bias.div_(s)
+        attn.o_proj.weight.mul_(s.view(kv, 1, width).expand(kv, group, width).reshape(-1))
+
+
+# ------------------------------------------------------------------------------------------------ int8 Linear
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T + b with W in int8 (one scale per output channel) and x quantised to int8 as it comes.
+
+    Per tensor: torch's fused dynamic kernel (the activation's scale and zero point from its range, 8 bits:
+    ``reduce_range`` off, which the VNNI instructions handle). Per token: a symmetric scale per row, int8 x int8 ->
+    int32 by ``torch._int_mm``, rescaled by both scales."""
+
+    def __init__(self, linear: nn.Linear, per_token: bool):
+        super().__init__()
+        w = linear.weight.detach().float()  # (N, K)
+        scale = w.abs().amax(1).clamp(min=1e-8) / 127  # (N,)
+        self.in_features, self.out_features, self.per_token = linear.in_features, linear.out_features, per_token
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        self.register_buffer("bias", bias)
+        if per_token:
+            self.register_buffer("w_int8", torch.round(w / scale[:, None]).to(torch.int8).t().contiguous())  # (K, N)
+            self.register_buffer("w_scale", scale)
+        else:
+            zero = torch.zeros_like(scale, dtype=torch.long)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # quantized tensors are deprecated for torchao (not a dependency)
+                qw = torch.quantize_per_channel(w, scale.double(), zero, 0, torch.qint8)
+                self.packed = torch.ops.quantized.linear_prepack(qw, bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.per_token:
+            return torch.ops.quantized.linear_dynamic(x.float().contiguous(), self.packed, False)
+        shape = x.shape
+        x = x.float().reshape(-1, shape[-1])  # (M, K)
+        s = x.abs().amax(1, keepdim=True).clamp(min=1e-8) / 127  # (M, 1)
+        q = torch.round(x / s).to(torch.int8)
+        y = torch._int_mm(q, self.w_int8).float() * s * self.w_scale  # (M, N), int32 sums rescaled
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, per_token={self.per_token}"
+
+
+def quantize_blocks(base: nn.Module, scales: dict[str, torch.Tensor], settings: SmoothQuantSettings) -> list[str]:
+    """Fold ``scales`` into ``base`` and put every Linear of its blocks in int8 (in place); the names replaced."""
+    blocks = blocks_of(base)
+    missing = [f"{i}.{g}" for i in range(len(blocks)) for g in GROUPS if f"{i}.{g}" not in scales]
+    if missing:
+        raise UserError(f"int8 (W8A8): the stored scales do not cover the trunk's blocks (no {missing[0]})")
+    fold_scales(base, scales)
+    done = []
+    for i, block in enumerate(blocks):
+        for owner, names in ((block.self_attn, PROJECTIONS[:4]), (block.mlp, PROJECTIONS[4:])):
+            for name in names:
+                per_token = settings.down_per_token and name == "down_proj"
+                setattr(owner, name, Int8Linear(getattr(owner, name), per_token))
+                done.append(f"layers.{i}.{'self_attn' if owner is block.self_attn else 'mlp'}.{name}")
+    return done
+
+
+# ------------------------------------------------------------------------------------------------ the stored file
+
+
+def scales_digest(scales: dict[str, torch.Tensor], settings: SmoothQuantSettings) -> str:
+    """A short hash of the scales and settings: part of the state cache's key for states computed with them."""
+    h = hashlib.sha256(settings.to_json().encode())
+    for key in sorted(scales):
+        h.update(key.encode())
+        h.update(scales[key].detach().float().contiguous().numpy().tobytes())
+    return h.hexdigest()[:12]
+
+
+def save_scales(path: Path, scales: dict[str, torch.Tensor], settings: SmoothQuantSettings, record: dict) -> None:
+    """Write the scales (float32) with the settings and ``record`` (how they were made) as metadata, atomically."""
+    from mtl_decoder.files import atomic_write_safetensors
+
+    tensors = {key: value.detach().float().contiguous() for key, value in scales.items()}
+    metadata = {"settings": settings.to_json(), "record": json.dumps(record, sort_keys=True)}
+    atomic_write_safetensors(path, tensors, metadata=metadata)
+
+
+def load_scales(path: Path) -> tuple[dict[str, torch.Tensor], SmoothQuantSettings, dict]:
+    """The scales, settings and record a model folder holds (safetensors: nothing is unpickled)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            scales = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
+        settings = SmoothQuantSettings.from_json(metadata["settings"])
+        record = json.loads(metadata.get("record", "{}"))
+    except (OSError, KeyError, ValueError, TypeError, SafetensorError) as e:
+        problem = f"{path}: not a readable smoothing-scales file ({e})"
+        raise UserError(f"{problem}; make it again with mtl-decoder quantize") from None
+    bad = next((k for k, v in scales.items() if not torch.isfinite(v).all() or (v <= 0).any()), None)
+    if bad is not None:
+        raise UserError(f"{path}: scale '{bad}' is not finite and positive; make it again with mtl-decoder quantize")
+    return scales, settings, record

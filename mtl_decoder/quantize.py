@@ -1,0 +1,169 @@
+"""``quantize``: SmoothQuant scales for a pretrained trunk, made once and kept in the model folder.
+
+    mtl-decoder quantize --model RUN/best [--calibration-texts 512] [--check-texts 0] [--alpha 0.8]
+
+Calibration: the largest activation of every smoothed channel over ``calibration_texts`` of the model's training
+texts (spread over its sources), the trunk's cached blocks in float32 (inference/smoothquant.py). Check, before
+anything is written: the model's validation texts predicted in float32 and in W8A8 int8 through the same
+Predictor path; per task the share of texts whose tags (tagging) or label (classification) are identical. Under
+``min_tags`` / ``min_labels`` nothing is written and the numbers are the error. Otherwise the scales go to
+RUN/best/smoothquant.safetensors (listed in the folder's manifest) with the agreement measured, and
+``predict``/``evaluate --precision int8`` run every Linear of the cached blocks in int8 with them.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mtl_decoder.config import CLASSIFICATION
+from mtl_decoder.errors import UserError
+from mtl_decoder.export_onnx import validation_texts
+from mtl_decoder.inference.options import InferenceOptions
+from mtl_decoder.inference.predictor import Predictor
+from mtl_decoder.inference.quantize import use_smoothing
+from mtl_decoder.inference.smoothquant import (
+    SCALES_FILE,
+    SmoothQuantSettings,
+    calibrate,
+    save_scales,
+    smoothing_scales,
+)
+from mtl_decoder.saved import SavedModel, add_to_manifest, load_model
+
+MIN_TAGS = 0.98
+"""Share of validation texts whose tags must all be identical to float32's (each tagging task)."""
+MIN_LABELS = 0.99
+"""Share of validation texts whose label must be identical to float32's (each classification task)."""
+CALIBRATION_BATCH = 16
+
+
+@dataclass
+class QuantizeResult:
+    directory: Path
+    agreement: dict[str, float]
+    """Task -> share of checked validation texts whose tags / label are float32's."""
+    texts: int
+    """Validation texts checked."""
+    record: dict[str, Any] = field(default_factory=dict)
+
+    def report(self) -> str:
+        same = ", ".join(f"{task} {share:.2%}" for task, share in self.agreement.items())
+        return (
+            f"wrote {self.directory / SCALES_FILE}: --precision int8 (predict, evaluate) is W8A8 with these scales; "
+            f"identical to float32 on {self.texts} validation texts: {same}"
+        )
+
+
+def quantize_model(
+    model_dir: str | Path,
+    calibration_texts: int = 512,
+    check_texts: int = 0,
+    settings: SmoothQuantSettings | None = None,
+    min_tags: float = MIN_TAGS,
+    min_labels: float = MIN_LABELS,
+    cache_dir: str | Path | None = None,
+) -> QuantizeResult:
+    """Make, check and store the SmoothQuant scales of a saved model's cached trunk blocks (see the module doc).
+
+    ``check_texts``: validation texts compared (0: all); ``cache_dir``: the state cache folder (default the model's)."""
+    settings = settings or SmoothQuantSettings()
+    start = time.perf_counter()
+    saved = load_model(model_dir, device="cpu")
+    states = saved.model.trunk_kind.cached_states()
+    if states is None:
+        raise UserError(
+            f"{model_dir}: quantize makes smoothing scales for a pretrained trunk's cached blocks (modes frozen, "
+            "hybrid, echo, layer mixes); this model has none: --precision int8 quantises it as it is"
+        )
+    amax = calibrate(states.base, _calibration_batches(saved, calibration_texts))
+    scales = smoothing_scales(states.base, amax, settings)
+    texts = validation_texts(saved)
+    texts = texts if check_texts <= 0 else _spread(texts, check_texts)
+    agreement = _agreement(saved, Path(model_dir), scales, settings, texts, cache_dir)
+    below = _below(saved, agreement, min_tags, min_labels)
+    if below:
+        raise UserError(
+            f"quantize {model_dir}: W8A8 int8 disagrees with float32 on its validation texts ({'; '.join(below)}); "
+            "nothing written: keep --precision fp32 (or int8 without scales), or try another --alpha"
+        )
+    record = {"calibration_texts": calibration_texts, "checked_texts": len(texts), "agreement": agreement,
+              "min_tags": min_tags, "min_labels": min_labels, "seconds": round(time.perf_counter() - start, 1),
+              "machine": platform.machine(), "torch": torch.__version__}  # fmt: skip
+    path = Path(model_dir) / SCALES_FILE
+    save_scales(path, scales, settings, record)
+    add_to_manifest(model_dir, SCALES_FILE)
+    return QuantizeResult(Path(model_dir), agreement, len(texts), record)
+
+
+def _spread(items: list, n: int) -> list:
+    """``n`` items spread evenly over ``items`` (all of them when there are fewer)."""
+    if n >= len(items):
+        return list(items)
+    return [items[i * len(items) // n] for i in range(n)]
+
+
+def _calibration_batches(saved: SavedModel, n: int):
+    """(ids, mask) batches of ``n`` training texts spread over the model's training sources, as the trunk reads them."""
+    from mtl_decoder.data.tasks import load_split
+
+    if n <= 0:
+        raise UserError(f"quantize --calibration-texts: must be positive, got {n}")
+    cfg = saved.config
+    sources = load_split(dict(cfg.tasks), "train", None, repair_iob=cfg.data.repair_iob)
+    items = []
+    for source in sources:
+        texts = [ex.words if ex.words is not None else ex.text for ex in source.examples]
+        items += _spread(texts, max(1, n // len(sources)))
+    encoded = saved.encoder.encode_batch(items)
+    for i in range(0, len(encoded), CALIBRATION_BATCH):
+        rows = [e.ids for e in encoded[i : i + CALIBRATION_BATCH]]
+        longest = max(len(r) for r in rows)
+        ids = torch.full((len(rows), longest), saved.encoder.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), longest), dtype=torch.long)
+        for j, r in enumerate(rows):
+            ids[j, : len(r)], mask[j, : len(r)] = torch.tensor(r), 1
+        yield ids, mask
+
+
+def _agreement(
+    saved: SavedModel,
+    model_dir: Path,
+    scales: dict[str, torch.Tensor],
+    settings: SmoothQuantSettings,
+    texts: list,
+    cache_dir: str | Path | None,
+) -> dict[str, float]:
+    """Per task: the share of ``texts`` whose tags / label W8A8 int8 predicts as float32 does."""
+    runs = []
+    for precision in ("fp32", "int8"):
+        model = saved if precision == "fp32" else load_model(model_dir, device="cpu")
+        if precision == "int8":
+            use_smoothing(model.model, scales, settings)
+        options = InferenceOptions(precision=precision, workers=1, cache_dir=cache_dir)
+        runs.append(list(Predictor.from_saved(model, options).predict(texts)))
+    out = {}
+    for task in saved.model.task_names:
+        classify = saved.model.task(task).kind == CLASSIFICATION
+        same = [
+            (a.labels.get(task) == b.labels.get(task)) if classify else (a.tags.get(task) == b.tags.get(task))
+            for a, b in zip(runs[0], runs[1], strict=True)
+        ]
+        out[task] = round(sum(same) / len(same), 5)
+    return out
+
+
+def _below(saved: SavedModel, agreement: dict[str, float], min_tags: float, min_labels: float) -> list[str]:
+    """The tasks under their bar, each with its numbers."""
+    out = []
+    for task, share in agreement.items():
+        bar = min_labels if saved.model.task(task).kind == CLASSIFICATION else min_tags
+        if share < bar:
+            what = "labels" if saved.model.task(task).kind == CLASSIFICATION else "tag sequences"
+            out.append(f"{task}: {share:.2%} of {what} identical, under {bar:.0%}")
+    return out

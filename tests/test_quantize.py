@@ -1,0 +1,86 @@
+"""``mtl-decoder quantize`` end to end on tiny pretrained-trunk runs: the scales stored and listed in the manifest,
+``--precision int8`` then W8A8 over every Linear of the cached blocks, a native model and a failed check refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from trunk_runs import trained
+
+from mtl_decoder.cli import main
+from mtl_decoder.hashing import sha256_file
+from mtl_decoder.inference.predictor import Predictor
+from mtl_decoder.inference.smoothquant import SCALES_FILE, Int8Linear, load_scales
+from mtl_decoder.prediction import predict_texts
+from mtl_decoder.quantize import _below
+from mtl_decoder.saved import MANIFEST_FILE, load_model
+
+TEXTS = [["EU", "rejects", "German", "call"], "Peter lives in Berlin .", ["the", "film", "was", "great"]]
+
+
+@pytest.fixture(scope="module", params=["frozen", "hybrid"])
+def run(request, tmp_path_factory):
+    return trained(tmp_path_factory.mktemp(f"quantize-{request.param}"), request.param)
+
+
+def test_quantize_stores_checked_scales_that_int8_then_uses(run, capsys):
+    best = run.best
+    fp32 = list(predict_texts(best, TEXTS))
+    code = main(["quantize", "--model", str(best), "--calibration-texts", "8", "--min-tags", "0", "--min-labels", "0"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"wrote {best / SCALES_FILE}" in out and "identical to float32 on" in out
+    manifest = json.loads((best / MANIFEST_FILE).read_text())
+    assert manifest[SCALES_FILE]["sha256"] == sha256_file(best / SCALES_FILE)
+    scales, _, record = load_scales(best / SCALES_FILE)
+    assert set(record["agreement"]) == set(run.model.task_names) and record["calibration_texts"] == 8
+    saved = load_model(best)  # the manifest still checks out
+    blocks = len(saved.model.trunk_kind.cached_states().base.layers)
+    assert set(scales) == {f"{i}.{g}" for i in range(blocks) for g in ("attn_in", "o_in", "mlp_in", "down_in")}
+
+    int8 = list(predict_texts(best, TEXTS, precision="int8"))
+    assert [sorted(p) for p in int8] == [sorted(p) for p in fp32]  # same tasks, same keys
+    from mtl_decoder.inference.loading import load_for_inference
+    from mtl_decoder.inference.options import InferenceOptions
+
+    saved = load_for_inference(best, InferenceOptions(precision="int8"))
+    predictor = Predictor.from_saved(saved, InferenceOptions(precision="int8"))
+    states = saved.model.trunk_kind.cached_states()
+    kinds = {type(m) for b in states.base.layers for m in b.modules() if isinstance(m, torch.nn.Linear | Int8Linear)}
+    assert kinds == {Int8Linear}
+    caches = getattr(states.cache, "caches", {0: states.cache}).values()  # a hybrid's cache is one per block read
+    assert all("-w8a8-" in c.directory.name for c in caches) and predictor.precision == "int8"
+
+
+def test_the_check_names_each_task_under_its_bar(run):
+    saved = load_model(run.best)
+    tagging = next(t.name for t in saved.model.tasks if t.kind != "sentence_classification")
+    agreement = {t: 0.5 for t in saved.model.task_names}
+    below = _below(saved, agreement, 0.98, 0.99)
+    assert len(below) == len(agreement) and any(f"{tagging}: 50.00% of tag sequences identical, under 98%" == b
+                                                for b in below)  # fmt: skip
+    assert _below(saved, {t: 1.0 for t in saved.model.task_names}, 0.98, 0.99) == []
+
+
+def test_a_refused_check_writes_nothing(run, capsys, tmp_path):
+    import shutil
+
+    folder = tmp_path / "best"
+    shutil.copytree(run.best, folder)
+    scales = folder / SCALES_FILE
+    kept = scales.read_bytes() if scales.exists() else None  # scales an earlier quantize stored stay as they were
+    before = (folder / MANIFEST_FILE).read_text()
+    code = main(["quantize", "--model", str(folder), "--calibration-texts", "4", "--min-tags", "1.5",
+                 "--min-labels", "1.5"])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "nothing written" in err and "under 150%" in err
+    assert (scales.read_bytes() if scales.exists() else None) == kept
+    assert (folder / MANIFEST_FILE).read_text() == before
+
+
+def test_a_native_model_is_refused_in_one_line(best, capsys):
+    assert main(["quantize", "--model", str(best)]) == 2
+    assert "has none" in capsys.readouterr().err
