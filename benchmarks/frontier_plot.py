@@ -542,7 +542,7 @@ def points_table(results: Path = RESULTS) -> str:
     figure."""
     points = gather(results)
     reference = reference_cpu(points)
-    header = ["point", "ours / peer", "words per CPU-second", "CoNLL-2003 test F1", "SST-2 test acc", "speed from"]
+    header = ["point", "what", "words per CPU-second", "CoNLL-2003 test F1", "SST-2 test acc", "speed from"]
     header.append("quality from")
     rows = []
     for p in points:
@@ -550,7 +550,7 @@ def points_table(results: Path = RESULTS) -> str:
         rows.append(
             [
                 p.name + ("*" if cpu(p.cpu) != reference else ""),
-                p.kind,
+                re.sub(r" \(.*\)", "", FAMILIES[p.family]),
                 fmt(p.words_per_cpu_s, 0),
                 fmt(p.conll_f1),
                 fmt(p.sst2_acc),
