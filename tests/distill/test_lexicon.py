@@ -107,6 +107,27 @@ def test_a_student_inherits_the_teachers_table_and_predicts_without_the_teacher(
     assert predict(run / "best", source, tmp_path / "after.jsonl") == before
 
 
+def test_a_killed_run_resumes_to_the_unbroken_runs_weights(work, tmp_path):
+    """Held for 3 of 4 steps, killed after step 2's checkpoint: the resumed run (its table from the checkpoint, the
+    held group in its optimizer state) ends with the unbroken run's weights, the table moved only at step 4."""
+    teacher = work / "teacher" / "best"
+    extra = ["model.lexicon.source=teacher_embeddings", "model.lexicon.freeze_steps=3", "training.max_steps=4",
+             "training.eval_every=2", "training.keep_checkpoints=2"]  # fmt: skip
+    runs = {name: distill_args(teacher, work / "student.yaml", tmp_path / name, tmp_path / "cache", *extra)
+            for name in ("unbroken", "killed")}  # fmt: skip
+    for args in runs.values():
+        assert main(args) == 0
+    shutil.rmtree(tmp_path / "killed" / "checkpoints" / "step-0000004")
+    assert main(["distill", "--resume", *runs["killed"][1:]]) == 0
+    last = Path("checkpoints") / "step-0000004" / "model.safetensors"
+    a, b = load_file(tmp_path / "unbroken" / last), load_file(tmp_path / "killed" / last)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    middle = load_file(tmp_path / "unbroken" / "checkpoints" / "step-0000002" / "model.safetensors")
+    started = load_file(tmp_path / "unbroken" / LEXICON_TABLE)["table"]
+    assert torch.equal(middle["embed.weight"], started) and not torch.equal(a["embed.weight"], started)
+    assert "lexicon (teacher_embeddings)" in (tmp_path / "killed" / "best" / "README.md").read_text()
+
+
 def rms_norm(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return x / np.sqrt(np.mean(x**2) + 1e-6) * weight
 
