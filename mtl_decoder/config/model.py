@@ -135,8 +135,10 @@ class ModelConfig:
 
     @property
     def words_as_text(self) -> bool:
-        """Whether a word list is encoded as the text of its words joined by spaces (``TextEncoder``): a pretrained
-        trunk's tokenizer, or a student reading with such a teacher's (``lexicon.words_as_text``)."""
+        """Whether a word list is encoded as the text of its words joined by spaces (``TextEncoder``).
+
+        True for a pretrained trunk (its tokenizer marks a word's leading space) and for a student reading with such
+        a teacher's tokenizer (``lexicon.words_as_text``)."""
         return self.trunk.enabled or self.lexicon.words_as_text
 
     @property

@@ -125,8 +125,9 @@ def resolve_lexicon(config: ExperimentConfig, teacher: Path, teacher_cfg: Experi
 
 
 def teacher_shape(teacher: Path, teacher_cfg: ExperimentConfig) -> tuple[int, int]:
-    """(blocks, width) of the teacher's trunk: a native one's layers and d_model, a pretrained one's kept blocks
-    and hidden size (trunk.json)."""
+    """(blocks, width) of the teacher's trunk.
+
+    A native one's layers and d_model, a pretrained one's kept blocks and hidden size (trunk.json)."""
     if not teacher_cfg.model.trunk.enabled:
         return teacher_cfg.model.n_layers, teacher_cfg.model.d_model
     identity = _identity(teacher)
@@ -209,6 +210,7 @@ def pca(rows: torch.Tensor, width: int) -> tuple[torch.Tensor, float]:
 
 
 def root_mean_square(table: torch.Tensor) -> float:
+    """The root mean square of the table's entries; a table of zeros is refused (there is nothing to scale)."""
     value = math.sqrt(float(table.square().mean()))
     if not value > 0:
         raise UserError("the teacher's table is all zeros: there is nothing to inherit (model.lexicon.rms)")
@@ -252,8 +254,10 @@ def _read(path: Path, name: str) -> torch.Tensor:
 
 
 def _checkpoint_folders(teacher: Path):
-    """The folders that may hold the teacher trunk's safetensors, in order: the teacher's trunk/ (model.trunk.save
-    full), then the checkpoint trunk.json names (a folder; a hub id: its snapshot in the local hub cache)."""
+    """The folders that may hold the teacher trunk's safetensors, in order.
+
+    The teacher's trunk/ (model.trunk.save full), then the checkpoint trunk.json names (a folder; a hub id: its
+    snapshot in the local hub cache)."""
     yield teacher / TRUNK_DIR
     identity = _identity(teacher)
     source = str(identity.get("source"))
@@ -282,8 +286,10 @@ def _checkpoint_folders(teacher: Path):
 def teacher_states(
     teacher: Path, teacher_cfg: ExperimentConfig, layer: int, vocabulary: int, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
-    """(vocabulary, width) float32: each token id run alone through the teacher's first ``layer`` blocks, its state
-    through the trunk's final norm (see the module doc for which stream and which blocks)."""
+    """Static vectors: each token id of the teacher's vocabulary run alone through its first ``layer`` blocks.
+
+    (vocabulary, width) float32, each row the token's state through the trunk's final norm (see the module doc for
+    which stream and which blocks)."""
     device = torch.device(device)
     if teacher_cfg.model.trunk.enabled:
         run = _pretrained_blocks(teacher, teacher_cfg, layer, device)
@@ -298,6 +304,7 @@ def teacher_states(
 
 
 def _native_blocks(teacher: Path, layer: int, device: torch.device):
+    """A native teacher's first ``layer`` blocks as a function of (n, 1) ids."""
     model = load_model(teacher, device=device).model
     model.layers = nn.ModuleList(list(model.layers)[:layer])  # the blocks above are never run
     model.word_features = None  # a vocabulary item alone is no word
@@ -316,6 +323,7 @@ def _native_blocks(teacher: Path, layer: int, device: torch.device):
 
 
 def _pretrained_blocks(teacher: Path, teacher_cfg: ExperimentConfig, layer: int, device: torch.device):
+    """A pretrained teacher's checkpoint cut to its first ``layer`` blocks as a function of (n, 1) ids."""
     from mtl_decoder.model.pretrained.hub import keep_first_layers  # transformers only for a pretrained teacher
 
     saved_trunk = teacher / TRUNK_DIR

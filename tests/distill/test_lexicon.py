@@ -44,8 +44,9 @@ def write_config(path: Path, model: dict) -> Path:
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
-    """A tiny native teacher (hard sharing, d_model 32, 2 layers) trained a few steps, and a student config
-    (d_model 24)."""
+    """A tiny native teacher trained a few steps, and a student config.
+
+    The teacher: hard sharing, d_model 32, 2 layers; the student: d_model 24."""
     root = tmp_path_factory.mktemp("lexicon")
     config = write_config(root / "teacher.yaml", {"ffn": "mlp", "mlp_hidden": 32})
     assert main(["train", "--config", str(config), "--output-dir", str(root / "teacher"),
@@ -133,8 +134,10 @@ def rms_norm(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
 
 
 def state_by_hand(weights: dict, token: int, layer: int, d: int) -> np.ndarray:
-    """A hard-sharing native model's state of one token alone after block ``layer``, through its final norm, in
-    float64: attention over one key is its value (softmax of one score; RoPE rotates queries and keys only)."""
+    """A hard-sharing native model's state of one token alone after block ``layer``, in float64.
+
+    Through its final norm; attention over one key is its value (softmax of one score; RoPE rotates queries and
+    keys only)."""
     w = {k: v.double().numpy() for k, v in weights.items()}
     h = w["embed.weight"][token]
     for i in range(layer):
