@@ -9,7 +9,11 @@ reviews for SST-2); the teacher labels every text once and its targets are cache
 or $MTL_DECODER_CACHE/targets), so only the first row pays for the teacher. Every row is bound by its config's
 training.max_steps, like the other rows. Each row also records ``words_per_cpu_s``: the student predicting the
 first SPEED_SENTENCES CoNLL-2003 test sentences (every task) at one thread, timed as benchmarks/spacy_throughput.py
-times it (its ``ours`` and ``timed``: one warm-up, then the median of SPEED_ROUNDS passes).
+times it (its ``ours`` and ``timed``: one warm-up, then the median of SPEED_ROUNDS passes). The ``distill_small_lex_*``
+rows are distill_small with the teacher's lexicon inherited (model.lexicon); they also record what lexicon.json says
+(``lexicon``: the table's source, projection, explained variance, how long it was held):
+
+    python benchmarks/quality.py --models distill_small_lex_embed,distill_small_lex_states --teacher TEACHER/best
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ SMALL = [
     "model.word_hash_dim=32",
 ]
 """The small fast student: configs/bench/ple.yaml's model at d_model 128 and 2 layers, fewer hashed features."""
+LEX_EMBED = ["model.lexicon.source=teacher_embeddings"]
+"""The student's tokenizer and token-embedding table inherited from the teacher's (its checkpoint's input
+embeddings, PCA to the student's width)."""
 
 DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overrides, what it is), as MODELS
     "distill_ple": ("ple.yaml", [], "the bench-size student distilled from the teacher, the whole transfer set"),
@@ -62,6 +69,29 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
     # the same student and settings at other seeds: how far one seed's figures can be trusted
     "distill_small_seed1": ("ple.yaml", [*SMALL, "training.seed=1"], "distill_small at seed 1"),
     "distill_small_seed2": ("ple.yaml", [*SMALL, "training.seed=2"], "distill_small at seed 2"),
+    # the small student inheriting the teacher's lexicon (model.lexicon, docs/distillation.md): the teacher's tokenizer,
+    # and its token-embedding table started from the teacher's (issue 35 item 2); against distill_small and its seeds
+    "distill_small_lex_embed": (
+        "ple.yaml",
+        [*SMALL, *LEX_EMBED],
+        "the small student, its table the teacher's token embeddings (PCA to 128), fine-tuned from the first step",
+    ),
+    "distill_small_lex_embed_held": (
+        "ple.yaml",
+        [*SMALL, *LEX_EMBED, "model.lexicon.freeze_steps=650"],
+        "distill_small_lex_embed with the table held for the first 650 steps (a tenth of the run), then fine-tuned",
+    ),
+    "distill_small_lex_embed_frozen": (
+        "ple.yaml",
+        [*SMALL, *LEX_EMBED, "model.lexicon.freeze_steps=-1"],
+        "distill_small_lex_embed with the table frozen for the whole run",
+    ),
+    "distill_small_lex_states": (
+        "ple.yaml",
+        [*SMALL, "model.lexicon.source=teacher_states"],
+        "the small student, its table static vectors: each token alone through the teacher's first half of blocks "
+        "(PCA to 128), fine-tuned from the first step",
+    ),
 }
 TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train"}
 """Rows whose transfer set is the training texts alone (no --unlabelled)."""
@@ -98,7 +128,18 @@ def distill_facts(run_dir: Path) -> dict:
         "unlabelled": facts["unlabelled"],
         "targets_computed": targets["computed"],
         "teacher_minutes": targets.get("seconds", 0.0) / 60,
+        **lexicon_facts(run_dir),
     }
+
+
+def lexicon_facts(run_dir: Path) -> dict:
+    """What lexicon.json says of a row whose student inherited the teacher's lexicon (nothing for the others)."""
+    path = run_dir / "lexicon.json"
+    if not path.is_file():
+        return {}
+    record = json.loads(path.read_text())
+    keys = ("source", "read", "layer", "projection", "explained_variance", "rms", "freeze_steps", "rows", "seconds")
+    return {"lexicon": {key: record.get(key) for key in keys}}
 
 
 def words_per_cpu_s(best: Path, data_root: Path) -> dict:

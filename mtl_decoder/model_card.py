@@ -127,6 +127,25 @@ def _teacher(teacher: dict[str, Any]) -> list[str]:
         f"- trained on the teacher's {kind} at temperature {teacher.get('temperature')}, mixed with the gold "
         f"labels (alpha {teacher.get('alpha')} on the teacher's term)",
         f"- unlabelled transfer texts: {transfer}",
+        *_lexicon(teacher.get("lexicon")),
+    ]
+
+
+def _lexicon(record: dict[str, Any] | None) -> list[str]:
+    """What a student inherited of its teacher's lexicon (model.lexicon; the run folder's lexicon.json)."""
+    if not record:
+        return []
+    explained = record.get("explained_variance")
+    share = f", {explained:.1%} of its variance kept" if isinstance(explained, float) else ""
+    steps = record.get("freeze_steps")
+    held = {-1: "frozen for the whole run", 0: "fine-tuned from the first step"}.get(
+        steps, f"held for {steps} steps, then fine-tuned"
+    )
+    return [
+        f"- lexicon ({record.get('source')}): the teacher's tokenizer, and the token-embedding table started as "
+        f"{record.get('rows')} rows of `{record.get('read')}` ({record.get('teacher_width')} wide), projection "
+        f"{record.get('projection')} to {record.get('width')}{share}, scaled to root mean square "
+        f"{record.get('rms')}; {held} (table sha256 `{record.get('table_sha256')}`)",
     ]
 
 

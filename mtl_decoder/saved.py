@@ -150,9 +150,8 @@ def load_model(directory: str | Path, device: torch.device | str | None = None) 
     metadata = _metadata(directory / WEIGHTS_FILE)
     config = read_config(directory / CONFIG_FILE, _saved_format(directory / WEIGHTS_FILE, metadata))
     label_sets = read_labels(directory / LABELS_FILE, config)
-    encoder = TextEncoder.load(
-        directory, config.data.max_length, trunk_for(config.model).pretrained, config.model.word_token_position
-    )
+    words_as_text = trunk_for(config.model).pretrained or config.model.lexicon.words_as_text
+    encoder = TextEncoder.load(directory, config.data.max_length, words_as_text, config.model.word_token_position)
     _check_tokenizer(directory, metadata)  # readable (above), but is it this model's?
     manifest = _read_manifest(directory)
     identity = _read_identity(directory / TRUNK_FILE) if trunk_for(config.model).pretrained else None

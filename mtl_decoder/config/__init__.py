@@ -16,6 +16,7 @@ from mtl_decoder.config.kinds import (
     TAGGING_METRICS,
     TASK_KINDS,
 )
+from mtl_decoder.config.lexicon import LexiconConfig
 from mtl_decoder.config.loading import (
     apply_override,
     build,
@@ -56,6 +57,7 @@ __all__ = [
     "DistillConfig",
     "EvaluationConfig",
     "ExperimentConfig",
+    "LexiconConfig",
     "ModelConfig",
     "TaskConfig",
     "TaskDataConfig",

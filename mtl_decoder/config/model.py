@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mtl_decoder.config.checks import check_choice, check_positive
+from mtl_decoder.config.lexicon import LexiconConfig
 from mtl_decoder.config.trunk import TrunkConfig, check_trunk_model
 from mtl_decoder.config.variants import VARIANTS, Variant
 from mtl_decoder.errors import ConfigError
@@ -83,6 +84,8 @@ class ModelConfig:
     trunk: TrunkConfig = field(default_factory=TrunkConfig)
     """A pretrained trunk; with one, d_model/n_heads/norm describe only the native layers of mode 'frozen', and the
     tokenizer and maximum length come from the checkpoint."""
+    lexicon: LexiconConfig = field(default_factory=LexiconConfig)
+    """A distilled native student's token-embedding table inherited from its teacher (config/lexicon.py)."""
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_layers", "n_heads", "expert_hidden"):
@@ -123,6 +126,20 @@ class ModelConfig:
             raise ConfigError("word_hash_dropout", f"must lie in [0, 1), got {self.word_hash_dropout}")
         if self.word_hash_dropout and not self.word_hash_buckets:
             raise ConfigError("word_hash_dropout", "drops hashed word features: set model.word_hash_buckets too")
+        if self.lexicon.enabled and self.trunk.enabled:
+            raise ConfigError(
+                "lexicon.source",
+                f"'{self.lexicon.source}' gives a native student its teacher's table: a model with a pretrained trunk "
+                "(model.trunk.pretrained) reads its own checkpoint's",
+            )
+
+    @property
+    def words_as_text(self) -> bool:
+        """Whether a word list is encoded as the text of its words joined by spaces (``TextEncoder``).
+
+        True for a pretrained trunk (its tokenizer marks a word's leading space) and for a student reading with such
+        a teacher's tokenizer (``lexicon.words_as_text``)."""
+        return self.trunk.enabled or self.lexicon.words_as_text
 
     @property
     def word_token_position(self) -> str:

@@ -180,9 +180,9 @@ class TextEncoder:
     def for_model(cls, tokenizer: Tokenizer, model: ModelConfig, max_length: int) -> TextEncoder:
         """The text encoder a model of this config reads with.
 
-        The encoder a model of this config reads: words joined as text for a pretrained trunk, tags read at
-        ``model.word_token`` ('auto' resolved)."""
-        return cls(tokenizer, max_length, words_as_text=model.trunk.enabled, word_token=model.word_token_position)
+        The encoder a model of this config reads: words joined as text for a pretrained trunk (or a student reading
+        with such a teacher's tokenizer), tags read at ``model.word_token`` ('auto' resolved)."""
+        return cls(tokenizer, max_length, words_as_text=model.words_as_text, word_token=model.word_token_position)
 
     def encode_words(self, words: list[str]) -> Encoded:
         if self.pieces is not None:

@@ -18,21 +18,24 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING, DistillConfig, ExperimentConfig, load_config
 from mtl_decoder.data.batching import MultiTaskDataset
 from mtl_decoder.distill.data import DistillCollator, attach_targets, encode_items, read_unlabelled
+from mtl_decoder.distill.lexicon import LEXICON_FILE, LEXICON_TABLE, build_lexicon, resolve_lexicon
 from mtl_decoder.distill.loss import DistillLossSpec, classification_divergence, mix, tagging_divergence
 from mtl_decoder.distill.targets import Item, TargetStore, TeacherLabeller, default_cache_root, teacher_fingerprint
 from mtl_decoder.distill.targets import text_key as key_of
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json
+from mtl_decoder.files import atomic_write_json, atomic_write_safetensors
 from mtl_decoder.model.heads import word_level
 from mtl_decoder.saved import CONFIG_FILE, LABELS_FILE, REQUIRED_FILES, load_model, read_config, read_labels
 from mtl_decoder.training.run_dir import RunDirectory
@@ -81,7 +84,8 @@ def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | No
     The student's config with its teacher recorded (folder, fingerprint) and, for a task without a ``labels``
     list, the teacher's; a one-line UserError where the pair cannot be distilled. Reads the teacher's config and
     labels only. A task's labels stay in the student's order (the ids in its files are read through it); the
-    teacher's targets are put in that order when attached (``label_columns``)."""
+    teacher's targets are put in that order when attached (``label_columns``). A student that inherits the
+    teacher's lexicon gets its tokenizer (``lexicon.resolve_lexicon``)."""
     if not teacher.is_dir():
         raise UserError(f"--teacher {teacher}: no such model folder")
     for name in REQUIRED_FILES:
@@ -115,7 +119,7 @@ def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | No
                 f"{fingerprint}): distil into a new --output-dir, or restore that teacher"
             )
     distill_cfg = dataclasses.replace(config.distill, teacher=str(teacher.resolve()), teacher_hash=fingerprint)
-    return dataclasses.replace(config, tasks=tasks, distill=distill_cfg)
+    return resolve_lexicon(dataclasses.replace(config, tasks=tasks, distill=distill_cfg), teacher, teacher_cfg)
 
 
 def label_columns(teacher: Path, label_sets: dict[str, list[str]]) -> dict[str, list[int]]:
@@ -148,6 +152,8 @@ def _stored_teacher_hash(run_dir: Path) -> str | None:
 class DistillTrainer(Trainer):
     """The Trainer with the teacher's targets in every batch and each task's loss mixed with them."""
 
+    takes_lexicon = True
+
     def __init__(self, config: ExperimentConfig, output_dir=None, resume: bool = False, overwrite: bool = False):
         if config.distill is None or config.distill.teacher_hash is None:
             raise UserError("DistillTrainer needs a config from check_teacher (distill.teacher and teacher_hash)")
@@ -156,12 +162,14 @@ class DistillTrainer(Trainer):
         self.spec = DistillLossSpec(d.temperature, d.alpha, d.soft)
         self.kinds = {name: t.kind for name, t in self.cfg.tasks.items()}
         self.unlabelled = read_unlabelled(d.unlabelled, d.unlabelled_limit)  # a bad record stops it before any work
-        self.targets_line = ""
+        self.targets_line = self.lexicon_line = ""
+        self.resumed = False
 
     # ------------------------------------------------------------------------------------------------ data
 
     def _setup_data(self, resumed: bool, to_remove: list[Path]) -> RunData:
         data = super()._setup_data(resumed, to_remove)
+        self.resumed = resumed
         acc = self.accelerator
         train_items: list[Item] = [
             ex.words if ex.words is not None else ex.text for s in data.train_sources for ex in s.examples
@@ -197,6 +205,49 @@ class DistillTrainer(Trainer):
         if acc.is_main_process:
             atomic_write_json(self.run.path / DISTILL_FILE, {**teacher, "targets": counts})
         return dataclasses.replace(data, dataset=dataset, report=data.report + report)
+
+    # ------------------------------------------------------------------------------------------------ lexicon
+
+    def _initialise(self, model: torch.nn.Module) -> None:
+        """A student with model.lexicon: its token-embedding table from the teacher's (frozen when freeze_steps -1).
+
+        Made once, before the first step, by the main process (the others read it from the run folder); a resumed
+        run takes the table from its checkpoint and only reads the record."""
+        lexicon = self.cfg.model.lexicon
+        if not lexicon.enabled:
+            return
+        acc, table_path, record_path = self.accelerator, self.run.path / LEXICON_TABLE, self.run.path / LEXICON_FILE
+        if self.resumed:
+            record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.is_file() else {}
+        else:
+            with acc.main_process_first(), torch.random.fork_rng(devices=[]):
+                if acc.is_main_process:
+                    rows = model.embed.weight.shape[0]
+                    table, record = build_lexicon(Path(self.cfg.distill.teacher), self.cfg, rows, acc.device)
+                    atomic_write_safetensors(table_path, {"table": table}, metadata={"format": "pt"})
+                    atomic_write_json(record_path, record)
+                else:
+                    table = load_file(str(table_path))["table"]
+                    record = json.loads(record_path.read_text(encoding="utf-8"))
+            with torch.no_grad():
+                model.embed.weight.copy_(table)
+        if lexicon.frozen:
+            model.embed.weight.requires_grad_(False)
+        self.card_info.setdefault("teacher", {})["lexicon"] = record
+        explained = record.get("explained_variance")
+        share = f" ({explained:.1%} of the variance)" if isinstance(explained, float) else ""
+        steps = lexicon.freeze_steps
+        held = ", frozen" if lexicon.frozen else (f", held for {steps} steps" if steps else "")
+        self.lexicon_line = (
+            f"lexicon: {record.get('rows', '?')} rows of the teacher's {record.get('read', lexicon.source)}, "
+            f"{lexicon.projection} to {self.cfg.model.d_model}{share}{held}"
+        )
+
+    def _held_parameters(self) -> list[tuple[torch.nn.Parameter, int]]:
+        lexicon = self.cfg.model.lexicon
+        if lexicon.enabled and lexicon.freeze_steps > 0:
+            return [(self.model.embed.weight, lexicon.freeze_steps)]
+        return []
 
     def _teacher_targets(
         self, items: list[Item], shapes: dict[str, tuple[int, int]], progress: bool
@@ -242,6 +293,8 @@ class DistillTrainer(Trainer):
 
     def train(self) -> None:
         self.log.info(self.targets_line)
+        if self.lexicon_line:
+            self.log.info(self.lexicon_line)
         super().train()
 
     def _losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -113,19 +113,48 @@ NO_DECAY_MODULES = (nn.LayerNorm, nn.RMSNorm, Gate, CRF)
 """Modules none of whose parameters decay: norms, gates (their bias holds the shared-expert prior), CRF scores."""
 
 
-def parameter_groups(model: MultiTaskModel, extra: nn.Module | None, weight_decay: float) -> list[dict]:
+HELD_STEPS = "held_steps"
+"""A parameter group's key: for this many optimizer steps its learning rate is held at 0 (its parameters stay as
+they are, weight decay included), then it follows the run's schedule (``group_schedules``)."""
+
+
+def parameter_groups(
+    model: MultiTaskModel,
+    extra: nn.Module | None,
+    weight_decay: float,
+    held: list[tuple[nn.Parameter, int]] = (),
+) -> list[dict]:
     """The optimizer's parameter groups, with and without weight decay.
 
     Weight decay on weight matrices only, chosen by the module that owns a parameter and its shape, never by
-    its name: no decay inside NO_DECAY_MODULES, on biases and other vectors, nor on ``extra`` (the balancer)."""
+    its name: no decay inside NO_DECAY_MODULES, on biases and other vectors, nor on ``extra`` (the balancer).
+    ``held``: (parameter, steps) pairs, each put in a group of its own after the two, held for that many steps
+    (``HELD_STEPS``); without them the groups are the two alone."""
     exempt = {id(p) for m in model.modules() if isinstance(m, NO_DECAY_MODULES) for p in m.parameters()}
     if extra is not None:
         exempt |= {id(p) for p in extra.parameters()}
-    decay, no_decay = [], []
+    holding = {id(p): steps for p, steps in held}
+    decay, no_decay, apart = [], [], []
     trained = model.trunk_kind.trained_parameters()  # what the trunk trains, in the model's parameter order
     for p in trained + ([p for p in extra.parameters() if p.requires_grad] if extra is not None else []):
-        (no_decay if id(p) in exempt or p.dim() < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        decays = id(p) not in exempt and p.dim() >= 2
+        if id(p) in holding:
+            apart.append({"params": [p], "weight_decay": weight_decay if decays else 0.0, HELD_STEPS: holding[id(p)]})
+        else:
+            (decay if decays else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}, *apart]
+
+
+def group_schedules(groups: list[dict], factor: Callable[[int], float]) -> list[Callable[[int], float]]:
+    """The learning-rate factor of each parameter group.
+
+    ``factor`` (``lr_lambda``) for every group, but 0 for the first ``HELD_STEPS`` steps of a held one: LambdaLR
+    gives step s (0-based) the factor of s, so the group's first ``HELD_STEPS`` steps change nothing."""
+
+    def held(steps: int) -> Callable[[int], float]:
+        return lambda step: 0.0 if step < steps else factor(step)
+
+    return [held(g[HELD_STEPS]) if g.get(HELD_STEPS) else factor for g in groups]
 
 
 def make_optimizer(groups: list[dict], cfg: TrainingConfig) -> torch.optim.Optimizer:

@@ -16,7 +16,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from accelerate import Accelerator, DistributedDataParallelKwargs
@@ -26,7 +26,7 @@ from accelerate.utils import set_seed
 from mtl_decoder.config import ExperimentConfig, load_config
 from mtl_decoder.data.batching import MultiTaskBatchSampler, MultiTaskDataset, collator_for
 from mtl_decoder.data.tokenization import TextEncoder
-from mtl_decoder.errors import UserError
+from mtl_decoder.errors import ConfigError, UserError
 from mtl_decoder.files import Terminated, Unwinder, terminate_unwinds
 from mtl_decoder.locks import PathLock
 from mtl_decoder.model import build_model
@@ -42,6 +42,7 @@ from mtl_decoder.training.run_dir import RunDirectory
 from mtl_decoder.training.setup import (
     RunData,
     encode_sources,
+    group_schedules,
     lr_lambda,
     make_optimizer,
     make_tokenizer,
@@ -127,6 +128,9 @@ def _multi_process_cpu() -> bool:
 class Trainer(TrainingLoop):
     """setup (this module) -> train, validate and keep (``TrainingLoop``) -> save -> cleanup."""
 
+    takes_lexicon: ClassVar[bool] = False
+    """Whether this trainer gives the model its teacher's lexicon (model.lexicon): distillation's does."""
+
     def __init__(
         self,
         config: ExperimentConfig,
@@ -140,6 +144,12 @@ class Trainer(TrainingLoop):
             )
         if resume and overwrite:
             raise UserError("--resume continues a run and --overwrite starts it over: choose one")
+        if config.model.lexicon.enabled and not self.takes_lexicon:
+            raise ConfigError(
+                "model.lexicon.source",
+                f"'{config.model.lexicon.source}' inherits a teacher's table, and train has no teacher: run "
+                "mtl-decoder distill --teacher RUN/best, or leave model.lexicon.source at none",
+            )
         self.cfg = config
         self.run = RunDirectory(config.training.output_dir)
         self.resume, self.overwrite = resume or bool(config.training.resume_from), overwrite
@@ -233,12 +243,14 @@ class Trainer(TrainingLoop):
     def _setup_model(self) -> None:
         cfg, acc, data = self.cfg, self.accelerator, self.data
         self.model = build_model(cfg, data.label_sets, data.encoder)
+        self._initialise(self.model)
         self.trunk_report, self.state_cache_seconds = precompute_trunk_states(
             self.model, data, acc, cfg.data.eval_batch_size, self.log
         )
         static = {name: t.loss_weight for name, t in cfg.tasks.items()}
         self.balancer = LossBalancer(cfg.balancing, list(cfg.tasks), static).to(acc.device)
-        optimizer = make_optimizer(parameter_groups(self.model, self.balancer, cfg.training.weight_decay), cfg.training)
+        groups = parameter_groups(self.model, self.balancer, cfg.training.weight_decay, self._held_parameters())
+        optimizer = make_optimizer(groups, cfg.training)
         self.sampler = MultiTaskBatchSampler(
             data.dataset.source_sizes,
             cfg.data.batch_size,
@@ -260,7 +272,14 @@ class Trainer(TrainingLoop):
         self.epochs = math.ceil(self.total_steps / self.steps_per_epoch)
         spent = (lambda: self.budget_spent) if cfg.training.max_minutes else None
         self.lr_factor = lr_lambda(cfg.training, self.total_steps, spent)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, group_schedules(groups, self.lr_factor))
+
+    def _initialise(self, model: torch.nn.Module) -> None:
+        """Extension point: set a freshly built model's weights before training (a distilled student's lexicon)."""
+
+    def _held_parameters(self) -> list[tuple[torch.nn.Parameter, int]]:
+        """Extension point: (parameter, steps) pairs whose learning rate is held at 0 for their first steps."""
+        return []
 
     def _collator(self):
         """Extension point: what turns a list of dataset examples into a batch."""
@@ -278,9 +297,9 @@ class Trainer(TrainingLoop):
         if "training.lr" in honoured:  # the schedule keeps its shape around the new peak, from this step on
             lr = self.cfg.training.lr
             self.scheduler.base_lrs = [lr for _ in self.optimizer.param_groups]
-            for group in self.optimizer.param_groups:
+            for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, strict=True):
                 group["initial_lr"] = lr
-                group["lr"] = lr * self.lr_factor(self.scheduler.last_epoch)
+                group["lr"] = lr * factor(self.scheduler.last_epoch)
         self.state.resumed_from.append(self.state.step)
         self.log.truncate_after(self.state.step)
         if self.accelerator.is_main_process:

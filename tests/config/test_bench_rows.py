@@ -1,5 +1,5 @@
-"""benchmarks/smollm2_rows.py's rows (benchmarks/quality.py trains them): each config with its overrides loads and
-validates, so a row cannot fail only after the hours of the rows before it."""
+"""benchmarks/smollm2_rows.py's and distill_rows.py's rows (benchmarks/quality.py trains them): each config with its
+overrides loads and validates, so a row cannot fail only after the hours of the rows before it."""
 
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ from mtl_decoder.config import load_config
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _rows() -> dict:
-    spec = importlib.util.spec_from_file_location("smollm2_rows", REPO / "benchmarks" / "smollm2_rows.py")
+def _rows(name: str = "smollm2_rows"):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 ROWS = _rows()
+DISTILL = _rows("distill_rows")
 
 
 @pytest.mark.parametrize("name", sorted(ROWS.ROWS))
@@ -55,3 +56,14 @@ def test_the_hybrid_recipe_files_are_the_rows_that_measured_them(recipe, row):
     same_dir = ["training.output_dir=runs/x"]
     measured = load_config(REPO / "configs" / "bench" / config, [*overrides, *same_dir])
     assert load_config(REPO / "configs" / "bench" / recipe, same_dir).to_yaml() == measured.to_yaml()
+
+
+@pytest.mark.parametrize("name", sorted(DISTILL.DISTILL_MODELS))
+def test_each_distill_row_validates(name):
+    """A distill row's student config (the teacher is the script's argument: checked when the row runs)."""
+    config, overrides, _ = DISTILL.DISTILL_MODELS[name]
+    lexicon = load_config(REPO / "configs" / "bench" / config, overrides).model.lexicon
+    assert lexicon.enabled == ("_lex_" in name)
+    if "_lex_" in name:  # the same student as distill_small, plus the lexicon's keys
+        rest = [o for o in overrides if not o.startswith("model.lexicon.")]
+        assert rest == DISTILL.DISTILL_MODELS["distill_small"][1]

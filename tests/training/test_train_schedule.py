@@ -9,7 +9,7 @@ import pytest
 
 import mtl_decoder.training.loop as loop_module
 from mtl_decoder.config import TrainingConfig
-from mtl_decoder.training.setup import lr_lambda
+from mtl_decoder.training.setup import HELD_STEPS, group_schedules, lr_lambda
 from mtl_decoder.training.trainer import Trainer
 
 
@@ -80,3 +80,27 @@ def test_tiny_epochs_do_not_validate_every_few_steps(make_config, tmp_path, monk
     per_epoch = trainer.steps_per_epoch
     assert trainer.epochs == 40 and trainer.state.step == 40 * per_epoch
     assert steps == [per_epoch * e for e in range(2, 41, 2)]
+
+
+def test_a_held_group_stays_exactly_as_it_was_then_follows_the_schedule():
+    """A parameter held for 2 steps (a distilled student's inherited table, model.lexicon.freeze_steps) keeps every
+    bit through AdamW's steps, weight decay included, while the others train; from step 3 it trains too. Without
+    held parameters the groups and the schedule are what they were."""
+    import torch
+
+    held, free = torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(4, 3))
+    groups = [{"params": [free], "weight_decay": 0.1}, {"params": [held], "weight_decay": 0.1, HELD_STEPS: 2}]
+    optimizer = torch.optim.AdamW(groups, lr=0.1)
+    factor = lr_lambda(TrainingConfig(warmup_ratio=0.0), 10)
+    schedules = group_schedules(groups, factor)
+    assert schedules[0] is factor
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedules)
+    start_held, start_free = held.detach().clone(), free.detach().clone()
+    for step in range(3):
+        (held.sum() + free.sum()).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        scheduler.step()
+        assert torch.equal(held, start_held) == (step < 2)
+        assert not torch.equal(free, start_free)
+    assert group_schedules([{"params": []}, {"params": []}], factor) == [factor, factor]

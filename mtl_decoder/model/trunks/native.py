@@ -32,8 +32,14 @@ class NativeTrunk(Trunk):
 
     def card_lines(self, config: ExperimentConfig, identity: dict[str, Any] | None, trained: str) -> list[str]:
         m = self.cfg
+        tokenizer = (
+            f"its teacher's tokenizer, and a token-embedding table that started as the teacher's "
+            f"({m.lexicon.source}, projection {m.lexicon.projection}; see 'Distilled from')"
+            if m.lexicon.enabled
+            else f"tokenizer trained on the training data ({config.tokenizer.kind}, vocabulary "
+            f"{config.tokenizer.vocab_size:,})"
+        )
         return [
             f"A native decoder trained from scratch{trained}: {m.n_layers} layers, d_model {m.d_model}, {m.n_heads} "
-            f"heads, {m.attention} attention, tokenizer trained on the training data ({config.tokenizer.kind}, "
-            f"vocabulary {config.tokenizer.vocab_size:,}).",
+            f"heads, {m.attention} attention, {tokenizer}.",
         ]
