@@ -92,8 +92,28 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         "the small student, its table static vectors: each token alone through the teacher's first half of blocks "
         "(PCA to 128), fine-tuned from the first step",
     ),
+    # issue 35's levers on the training texts alone (the teacher labels them from its state cache: no trunk pass), so
+    # that each lever is measured against the same transfer set at a small labelling cost: the plain small student,
+    # then with the teacher's token embeddings, then with its static block-8 vectors
+    "distill_small_train": (
+        "ple.yaml",
+        SMALL,
+        "the small student, transfer set: the training texts only (the baseline of the lexicon rows below)",
+    ),
+    "distill_small_train_lex_embed": (
+        "ple.yaml",
+        [*SMALL, *LEX_EMBED],
+        "distill_small_train, its tokenizer and table the teacher's (token embeddings, PCA to 128)",
+    ),
+    "distill_small_train_lex_states": (
+        "ple.yaml",
+        [*SMALL, "model.lexicon.source=teacher_states"],
+        "distill_small_train, its tokenizer the teacher's, its table static vectors (each token alone through the "
+        "teacher's first half of blocks, PCA to 128)",
+    ),
 }
-TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train"}
+TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train", "distill_small_train", "distill_small_train_lex_embed",
+                    "distill_small_train_lex_states"}  # fmt: skip
 """Rows whose transfer set is the training texts alone (no --unlabelled)."""
 
 
