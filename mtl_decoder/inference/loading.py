@@ -23,21 +23,8 @@ def load_for_inference(model: SavedModel | str | Path, options: InferenceOptions
         device = options.target_device()
         autocast_dtype(options.precision, device)
         saved = load_model(model, device)
-    if options.precision == "int8":
-        _smoothing(saved)
     if options.gate_table is not None:
         from mtl_decoder.inference.gate_apply import apply_gate_table
 
         apply_gate_table(saved, options.gate_table)
     return saved
-
-
-def _smoothing(saved: SavedModel) -> None:
-    """int8 of a folder with SmoothQuant scales (``mtl-decoder quantize``) is W8A8 with them."""
-    from mtl_decoder.inference.quantize import use_smoothing
-    from mtl_decoder.inference.smoothquant import SCALES_FILE, load_scales
-
-    path = Path(saved.directory) / SCALES_FILE
-    if path.is_file() and saved.model.trunk_kind.cached_states() is not None:
-        scales, settings, _ = load_scales(path)
-        use_smoothing(saved.model, scales, settings)

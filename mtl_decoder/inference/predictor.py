@@ -166,6 +166,10 @@ class Predictor:
             raise TypeError(f"from_saved: give options or keyword settings, not both ({', '.join(settings)})")
         from mtl_decoder.inference.onnx_engine import engine_forward
 
+        if options.precision == "int8":
+            from mtl_decoder.inference.quantize import use_folder_smoothing
+
+            use_folder_smoothing(saved)
         forward = engine_forward(saved, options.engine, options.precision)
         predictor = cls(
             saved.model,

@@ -26,12 +26,16 @@ cached trunk blocks runs int8 instead (W8A8), its states cached under their own 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from mtl_decoder.errors import UserError
+
+if TYPE_CHECKING:
+    from mtl_decoder.saved import SavedModel
 
 TRUNK_INT8 = ("gate_proj", "up_proj")
 """Trunk Linear modules (by their last name) quantised; the others stay float32 (see the module doc)."""
@@ -47,6 +51,17 @@ SMOOTHING = "int8_smoothing"
 def use_smoothing(model: nn.Module, scales: dict[str, torch.Tensor], settings: Any) -> None:
     """Make int8 of ``model`` W8A8: every Linear of its cached trunk blocks, smoothed by ``scales`` (smoothquant.py)."""
     model.__dict__[SMOOTHING] = (scales, settings)  # not a module attribute: outside the state dict
+
+
+def use_folder_smoothing(saved: SavedModel) -> None:
+    """int8 of a folder with SmoothQuant scales (``mtl-decoder quantize``) is W8A8 with them, unless given others."""
+    from mtl_decoder.inference.smoothquant import SCALES_FILE, load_scales
+
+    path = Path(saved.directory) / SCALES_FILE
+    if SMOOTHING in saved.model.__dict__ or not path.is_file() or saved.model.trunk_kind.cached_states() is None:
+        return
+    scales, settings, _ = load_scales(path)
+    use_smoothing(saved.model, scales, settings)
 
 
 def is_int8(model: nn.Module) -> bool:
