@@ -61,11 +61,27 @@ def _onednn(x: torch.Tensor, weight: torch.Tensor, block: int) -> torch.Tensor:
     K = x.shape[-1]
     if block >= K:
         return _OP(x, weight, None, "none", [None], "")
-    pieces = [(x[..., k : k + block].contiguous(), weight[:, k : k + block].contiguous()) for k in range(0, K, block)]
-    out = _OP(*pieces[0], None, "none", [None], "")
-    for x_k, w_k in pieces[1:]:
-        out += _OP(x_k, w_k, None, "none", [None], "")
-    return out
+    return linear_pieces([x[..., k : k + block].contiguous() for k in range(0, K, block)], weight)
+
+
+def linear_pieces(pieces: list[torch.Tensor], weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The sum of each piece's product by oneDNN, the pieces' products added in order, into ``out`` if given.
+
+    ``pieces``: contiguous (..., k_i) column blocks of the input in order (oneDNN gives other bits on a strided
+    input), widths ``block_of`` says; weight (N, K). ``linear``'s arithmetic where the caller holds the input
+    already cut (no copies); no checks: call it where ``active`` and ``block_of`` allow."""
+    k, total = 0, None
+    for i, x_k in enumerate(pieces):
+        width = x_k.shape[-1]
+        product = _OP(x_k, weight[:, k : k + width].contiguous(), None, "none", [None], "")
+        k += width
+        if total is None:
+            total = product
+        elif i < len(pieces) - 1 or out is None:
+            total += product
+        else:
+            return torch.add(total, product, out=out)
+    return total if out is None else out.copy_(total)
 
 
 def _matches(K: int, N: int, block: int, generator: torch.Generator) -> bool:

@@ -314,22 +314,28 @@ def progressive_block_inference(
     widths = [sum(w.shape[1] for w in w_in)] if fork else [w.shape[1] for w in w_in]
     if not exact_matmul.active(x, *w_in, *w_out) or M < exact_matmul.MIN_ROWS:
         return None
-    if any(exact_matmul.block_of(C, n) is None for n in widths) or exact_matmul.block_of(H, C) is None:
+    block = exact_matmul.block_of(H, C)
+    if block is None or any(exact_matmul.block_of(C, n) is None for n in widths):
         return None
     if fork:
         h_all = exact_matmul.linear(x[0], torch.cat(w_in, 1).t().contiguous())  # (M, every route's n * 2H)
         h_routes = h_all.split([w.shape[1] for w in w_in], 1)
     else:
         h_routes = [exact_matmul.linear(x[r], w.t().contiguous()) for r, w in enumerate(w_in)]
-    a = x.new_empty(sum(sizes), M, H)  # every expert's hidden activations, expert-major
+    nb = H // block if H % block == 0 and block % 64 == 0 else 1  # the down products' inner cut, held apart
+    a = x.new_empty(nb, sum(sizes), M, H // nb)  # every expert's hidden activations, cut-major then expert-major
     e0 = 0
     for h, n in zip(h_routes, sizes, strict=True):
-        h = h.view(M, n, 2, H)
-        rows = a[e0 : e0 + n].transpose(0, 1)  # (M, n, H)
-        torch.ops.aten.silu.out(h[..., 0, :], out=rows)  # _swiglu's arithmetic, silu(gate) kept in place
-        rows.mul_(h[..., 1, :])
+        h = h.view(M, n, 2, nb, H // nb)
+        rows = a[:, e0 : e0 + n].permute(2, 1, 0, 3)  # (M, n, nb, H / nb)
+        torch.ops.aten.silu.out(h[:, :, 0], out=rows)  # _swiglu's arithmetic, silu(gate) kept in place
+        rows.mul_(h[:, :, 1])
         e0 += n
-    wo = torch.cat(w_out)  # (E, H, C), the layer's expert order
-    y = torch.stack([exact_matmul.linear(a[e], wo[e].t().contiguous()) for e in range(len(a))])  # (E, M, C)
+    wo = torch.cat(w_out).transpose(1, 2)  # (E, C, H), the layer's expert order
+    y = x.new_empty(a.shape[1], M, C)  # (E, M, C)
+    for e in range(len(y)):
+        held = nb > 1 or block >= H
+        pieces = list(a[:, e]) if held else [a[0, e, :, k : k + block].contiguous() for k in range(0, H, block)]
+        exact_matmul.linear_pieces(pieces, wo[e], out=y[e])
     out, probs, _, _ = _gates_and_mix(x[:G], y, plan, weights, biases, R)
     return out, probs

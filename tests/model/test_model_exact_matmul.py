@@ -84,7 +84,7 @@ def ple_block(shared_gate: bool, hidden: int) -> tuple[ExpertBlock, torch.Tensor
 
 @pytest.mark.parametrize("fork", [True, False])
 @pytest.mark.parametrize("shared_gate", [True, False])
-@pytest.mark.parametrize("hidden", [16, 256])  # 256: MKL cuts the down product's inner width
+@pytest.mark.parametrize("hidden", [16, 200, 256])  # 200, 256: MKL cuts the down product's inner width
 def test_ple_block_inference_equals_the_autograd_block_bit_for_bit(monkeypatch, fork, shared_gate, hidden):
     block, attention_mask, layout = ple_block(shared_gate, hidden)
     n = int(attention_mask.sum())
