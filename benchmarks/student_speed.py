@@ -3,6 +3,7 @@ one run on the same words at one thread each, with a profile of where the studen
 
     OMP_NUM_THREADS=1 python benchmarks/student_speed.py [--rounds 3] [--out benchmarks/results/student_speed.json]
                                                          [--spacy-python PATH] [--sentences 0] [--no-profile]
+                                                         [--bf16] [--torch-products]
 
 The student: the ``distill_small`` architecture (configs/bench/ple.yaml with benchmarks/distill_rows.py's SMALL
 overrides: d_model 128, 2 PLE layers, char CNN, word/shape/hashed features, CRF), built untrained with its BPE
@@ -12,7 +13,9 @@ as benchmarks/spacy_throughput.py times it; spaCy runs in its own interpreter (s
 ``Doc(vocab, words=tokens)``). Every round times each once, in alternating order; the figures are CPU seconds
 (time.process_time: the machine is shared) and the medians and spread over the rounds are stored with the CPU's
 name and the load average as ``student_vs_spacy``. ``--bf16`` adds the student at ``--precision bf16`` to every round
-(faster where the CPU multiplies bfloat16 natively, and not identical to fp32's output).
+(faster where the CPU multiplies bfloat16 natively, and not identical to fp32's output). ``--torch-products`` adds
+the student with torch's own matrix products (``exact_matmul.disabled()``, the code before exact_matmul; the same
+outputs bit for bit) to every round.
 
 The profile (a separate pass after the rounds): the CPU seconds inside the model's forward (the arithmetic) against
 the rest of the pass (tokenisation, collation, decoding, output dicts), and cProfile's top functions by own time.
@@ -100,6 +103,8 @@ def measure(args: argparse.Namespace) -> dict:
     ways = {"student": ours(saved, items, 1), "spacy": spacy.run}
     if args.bf16:
         ways["student_bf16"] = ours(saved, items, 1, "bf16")
+    if args.torch_products:
+        ways["student_torch_products"] = _torch_products(ours(saved, items, 1))
     for name in ways:
         if name != "spacy":
             ways[name]()  # warm-up (spaCy's worker warmed up before saying ready)
@@ -163,11 +168,50 @@ def measure(args: argparse.Namespace) -> dict:
             "spread": [min(bf16), max(bf16)],
             "over_spacy": round(statistics.median(b / s for b, s in zip(bf16, per_cpu("spacy"), strict=True)), 3),
         }
+    if args.torch_products:
+        torch_products = per_cpu("student_torch_products")
+        result["student_torch_products"] = {
+            "note": "the student with torch's own matrix products (exact_matmul.disabled: the code before "
+            "exact_matmul); its outputs are bit-identical to the student's",
+            "words_per_cpu_s": round(statistics.median(torch_products), 1),
+            "spread": [min(torch_products), max(torch_products)],
+            "over_spacy": round(
+                statistics.median(t / s for t, s in zip(torch_products, per_cpu("spacy"), strict=True)), 3
+            ),
+            "outputs_identical": _same_outputs(saved, items),
+            "student_over_this": round(
+                statistics.median(f / t for f, t in zip(per_cpu("student"), torch_products, strict=True)), 3
+            ),
+        }
     if args.profile:
         student = ways["student"]
         result["profile"] = {"split": forward_split(saved, student), "top_functions": top_functions(student)}
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return result
+
+
+def _torch_products(run):
+    """``run`` with exact_matmul's oneDNN products off (torch's own; the prediction runs in this thread)."""
+    from mtl_decoder.model import exact_matmul
+
+    def without_onednn() -> int:
+        with exact_matmul.disabled():
+            return run()
+
+    return without_onednn
+
+
+def _same_outputs(saved, items: list[list[str]]) -> bool:
+    """Whether the student predicts the same with and without exact_matmul: every tag, label and probability."""
+    from mtl_decoder.model import exact_matmul
+    from mtl_decoder.prediction import predict_texts
+
+    def predictions() -> list:
+        return list(predict_texts(saved, items, batch_size=64, workers=1))
+
+    fast = predictions()
+    with exact_matmul.disabled():
+        return fast == predictions()
 
 
 def _commit() -> str:
@@ -183,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spacy-python", default=str(DEFAULT_SPACY_PYTHON))
     parser.add_argument("--no-profile", dest="profile", action="store_false", help="skip the profile pass")
     parser.add_argument("--bf16", action="store_true", help="also time the student at --precision bf16 each round")
+    parser.add_argument(
+        "--torch-products", action="store_true", help="also time the student with torch's own products each round"
+    )
     parser.add_argument("--note", default="", help="what code was measured (stored as 'code')")
     parser.add_argument("--out", default=str(REPO / "benchmarks/results/student_speed.json"))
     args = parser.parse_args(argv)

@@ -27,7 +27,14 @@ from torch import nn
 
 from mtl_decoder.config import SHARED, VARIANTS, Variant
 from mtl_decoder.model.gates import GateRoute, gate_weights, mix_experts
-from mtl_decoder.model.kernels import GateMix, GatePlan, ProgressiveBlock, ProgressiveMix, SwiGLUExperts
+from mtl_decoder.model.kernels import (
+    GateMix,
+    GatePlan,
+    ProgressiveBlock,
+    ProgressiveMix,
+    SwiGLUExperts,
+    progressive_block_inference,
+)
 
 
 @dataclass
@@ -291,7 +298,9 @@ class ExpertBlock(nn.Module):
         if self._groupable(groups, gates):
             plan = self._gate_plan(tasks, [g.n_experts for g in groups], x.device)
             group_params = [g.w_in for g in groups[:-1]] + [g.w_out for g in groups[:-1]] + [groups[-1].w_in]
-            out, probs = ProgressiveBlock.apply(x_routes, G, plan, *group_params, groups[-1].w_out, *gate_params)
+            params = (*group_params, groups[-1].w_out, *gate_params)
+            fast = progressive_block_inference(x_routes, G, plan, *params)
+            out, probs = fast if fast is not None else ProgressiveBlock.apply(x_routes, G, plan, *params)
         else:  # each group module on its route (any expert modules; hooked ones see their own calls)
             inputs = dict.fromkeys(layout.names, x) if fork else dict(zip(layout.names, x.split(M), strict=True))
             pieces = [group(inputs[name]) for group, name in zip(groups, layout.names, strict=True)]

@@ -9,6 +9,7 @@ gate-and-mix reference in float64; experts.py holds the modules that use them.
     GateMix           one gate's weighted sum of expert outputs (cgc, mmoe): gates.mix_experts, no concatenation
     ProgressiveMix    every gate of a ple layer and its mix, over any expert modules
     ProgressiveBlock  a whole ple layer of SwiGLU expert groups and its gates, matmuls grouped across routes
+    progressive_block_inference  ProgressiveBlock's forward without autograd, products by exact_matmul (inference)
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from mtl_decoder.model import exact_matmul
 
 
 def _compute_dtype(x: torch.Tensor, *weights: torch.Tensor) -> torch.dtype:
@@ -290,3 +293,49 @@ class ProgressiveBlock(torch.autograd.Function):
             *d_bias.split(plan.sizes),
         ]
         return d_x.to(x_dtype), None, None, *(g.to(t) for g, t in zip(grads, param_dtypes, strict=True))
+
+
+def progressive_block_inference(
+    x: torch.Tensor, n_gates: int, plan: GatePlan, *params: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``ProgressiveBlock``'s forward for inference, its matrix products by ``exact_matmul`` (the same bits).
+
+    The same inputs and outputs as ``ProgressiveBlock.apply``, without autograd; each route's up product (at a fork,
+    where every route reads the same tokens, one product for all of them) and each expert's down product through
+    ``exact_matmul``, bit-identical to the batched products there. None where ``exact_matmul`` does not take every
+    product of the block (the caller then runs ``ProgressiveBlock``)."""
+    R, M, C = x.shape
+    K, G = R - 1, n_gates
+    w_in = [*params[:K], params[2 * K]]  # per route: task groups, then the shared group
+    w_out = [*params[K : 2 * K], params[2 * K + 1]]
+    weights, biases = params[2 * K + 2 : 2 * K + 2 + G], params[2 * K + 2 + G :]
+    sizes, H = [w.shape[0] for w in w_out], w_out[0].shape[1]
+    fork = x.stride(0) == 0  # an expanded view: every route reads the bottom's tokens
+    widths = [sum(w.shape[1] for w in w_in)] if fork else [w.shape[1] for w in w_in]
+    if not exact_matmul.active(x, *w_in, *w_out) or M < exact_matmul.MIN_ROWS:
+        return None
+    block = exact_matmul.block_of(H, C)
+    if block is None or any(exact_matmul.block_of(C, n) is None for n in widths):
+        return None
+    if fork:
+        h_all = exact_matmul.linear(x[0], torch.cat(w_in, 1).t().contiguous())  # (M, every route's n * 2H)
+        h_routes = h_all.split([w.shape[1] for w in w_in], 1)
+    else:
+        h_routes = [exact_matmul.linear(x[r], w.t().contiguous()) for r, w in enumerate(w_in)]
+    nb = H // block if H % block == 0 and block % 64 == 0 else 1  # the down products' inner cut, held apart
+    a = x.new_empty(nb, sum(sizes), M, H // nb)  # every expert's hidden activations, cut-major then expert-major
+    e0 = 0
+    for h, n in zip(h_routes, sizes, strict=True):
+        h = h.view(M, n, 2, nb, H // nb)
+        rows = a[:, e0 : e0 + n].permute(2, 1, 0, 3)  # (M, n, nb, H / nb)
+        torch.ops.aten.silu.out(h[:, :, 0], out=rows)  # _swiglu's arithmetic, silu(gate) kept in place
+        rows.mul_(h[:, :, 1])
+        e0 += n
+    wo = torch.cat(w_out).transpose(1, 2)  # (E, C, H), the layer's expert order
+    y = x.new_empty(a.shape[1], M, C)  # (E, M, C)
+    for e in range(len(y)):
+        held = nb > 1 or block >= H
+        pieces = list(a[:, e]) if held else [a[0, e, :, k : k + block].contiguous() for k in range(0, H, block)]
+        exact_matmul.linear_pieces(pieces, wo[e], out=y[e])
+    out, probs, _, _ = _gates_and_mix(x[:G], y, plan, weights, biases, R)
+    return out, probs

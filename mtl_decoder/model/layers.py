@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mtl_decoder.model.exact_matmul import module_linear
+
 
 def make_norm(kind: str, dim: int) -> nn.Module:
     return nn.LayerNorm(dim) if kind == "layernorm" else nn.RMSNorm(dim, eps=1e-6)
@@ -95,11 +97,11 @@ class SelfAttention(nn.Module):
         x (N, T, C); mask: a boolean key mask broadcastable to (N, H, T, T), or None when causal; rope: the (T,
         D/2) rotations, or None without rotary positions."""
         N, T, C = x.shape
-        qkv = self.qkv(x).view(N, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)  # 3 x (N, H, T, D)
-        q, k = apply_rope(qkv[:2], rope)  # queries and keys rotated together
+        qkv = module_linear(self.qkv, x).view(N, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
+        q, k = apply_rope(qkv[:2], rope)  # queries and keys rotated together, each 3 x (N, H, T, D)
         v = qkv[2]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal)
-        return self.out(y.transpose(1, 2).reshape(N, T, C))  # (N, T, C)
+        return module_linear(self.out, y.transpose(1, 2).reshape(N, T, C))  # (N, T, C)
 
     def forward_cached(self, x: torch.Tensor, cache: KVCache, step: CacheStep) -> torch.Tensor:
         """Causal attention of the next tokens of N streams against the cache.

@@ -70,3 +70,31 @@ def test_each_item_alone_through_the_model_gives_the_same_prediction():
         assert pred.tags["ner"] == [LABELS["ner"][t] for t in tag_ids]
         assert pred.probs["sent"] == pytest.approx(dict(zip(LABELS["sent"], probs, strict=True)), abs=1e-6)
         assert pred.labels["sent"] == LABELS["sent"][probs.index(max(probs))]
+
+
+def test_onednn_products_predict_exactly_what_torch_products_do(monkeypatch):
+    """exact_matmul's products (on where this torch has oneDNN) against torch's own: every batch's logits equal bit
+    for bit, and so every tag, label and probability."""
+    from mtl_decoder.model import exact_matmul
+
+    calls = []
+    if exact_matmul._OP is not None:
+        real = exact_matmul._OP
+        monkeypatch.setattr(exact_matmul, "_OP", lambda *a: calls.append(1) or real(*a))
+    fast = predictor(True)
+    items = [*SENTENCES, SENTENCES[0] * 4]
+
+    def run() -> tuple[list, list]:
+        logits = []
+        preds = list(fast.predict(items, on_batch=lambda out, _b: logits.append(dict(out.logits))))
+        return preds, logits
+
+    got, got_logits = run()
+    with exact_matmul.disabled():
+        want, want_logits = run()
+    assert exact_matmul._OP is None or calls  # the fast products ran where they can
+    assert len(got_logits) == len(want_logits) > 1
+    for a, b in zip(got_logits, want_logits, strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for a, b in zip(got, want, strict=True):
+        assert (a.tags, a.labels, a.probs) == (b.tags, b.labels, b.probs)
