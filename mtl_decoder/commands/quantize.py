@@ -9,7 +9,7 @@ def run_quantize(args: argparse.Namespace) -> None:
     from mtl_decoder.inference.smoothquant import SmoothQuantSettings
     from mtl_decoder.quantize import quantize_model
 
-    settings = SmoothQuantSettings(alpha=args.alpha, down_alpha=args.down_alpha)
+    settings = SmoothQuantSettings(alpha=args.alpha, down_alpha=args.down_alpha, all_per_token=args.per_token == "all")
     result = quantize_model(
         args.model,
         calibration_texts=args.calibration_texts,
@@ -39,6 +39,12 @@ def add_quantize(sub) -> None:
     p.add_argument("--check-texts", type=int, default=0, help="validation texts compared (default 0: all)")
     p.add_argument("--alpha", type=float, default=0.8, help="migration strength of q/k/v, o and gate/up (default 0.8)")
     p.add_argument("--down-alpha", type=float, default=0.5, help="migration strength of down_proj (default 0.5)")
+    p.add_argument(
+        "--per-token",
+        choices=["down_proj", "all"],
+        default="down_proj",
+        help="the Linears whose input is quantised per token (default down_proj; the others per tensor)",
+    )
     p.add_argument("--min-tags", type=float, default=MIN_TAGS, help=f"tagging bar (default {MIN_TAGS})")
     p.add_argument("--min-labels", type=float, default=MIN_LABELS, help=f"classification bar (default {MIN_LABELS})")
     p.add_argument("--cache-dir", help="the state cache's root (default: the model's)")

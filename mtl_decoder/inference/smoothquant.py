@@ -53,6 +53,9 @@ class SmoothQuantSettings:
     """Migration strength of down_proj (its outliers are per token, which smoothing cannot move)."""
     down_per_token: bool = True
     """Quantise down_proj's input per token (else per tensor, like the others)."""
+    all_per_token: bool = False
+    """Quantise every Linear's input per token: a little closer to float32, a little slower (the scales are computed
+    in Python ops rather than inside torch's fused per-tensor kernel)."""
 
     def __post_init__(self):
         for name in ("alpha", "down_alpha"):
@@ -247,7 +250,7 @@ def quantize_blocks(base: nn.Module, scales: dict[str, torch.Tensor], settings: 
     for i, block in enumerate(blocks):
         for owner, names in ((block.self_attn, PROJECTIONS[:4]), (block.mlp, PROJECTIONS[4:])):
             for name in names:
-                per_token = settings.down_per_token and name == "down_proj"
+                per_token = settings.all_per_token or (settings.down_per_token and name == "down_proj")
                 setattr(owner, name, Int8Linear(getattr(owner, name), per_token))
                 done.append(f"layers.{i}.{'self_attn' if owner is block.self_attn else 'mlp'}.{name}")
     return done

@@ -138,14 +138,18 @@ def test_int8_linear_computes_the_fake_quantised_product(per_token):
     assert err < (1e-6 if per_token else 2e-3), err  # per tensor: the kernel's own rounding of the scale
 
 
-def test_quantised_blocks_stay_close_and_every_linear_is_int8(checkpoint):
+@pytest.mark.parametrize("all_per_token", [False, True])
+def test_quantised_blocks_stay_close_and_every_linear_is_int8(checkpoint, all_per_token):
     ref, model = base(checkpoint), base(checkpoint)
     ids, mask = batch([6, 9, 4, 8], seed=5)
-    settings = SmoothQuantSettings()
+    settings = SmoothQuantSettings(all_per_token=all_per_token)
     scales = smoothing_scales(model, calibrate(model, [(ids, mask)]), settings)
     names = quantize_blocks(model, scales, settings)
     assert len(names) == 7 * 2
     assert sum(isinstance(m, nn.Linear) for m in model.layers.modules()) == 0
+    per_token = {n.rsplit(".", 1)[-1] for n, m in model.layers.named_modules() if getattr(m, "per_token", False)}
+    assert per_token == ({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+                         if all_per_token else {"down_proj"})  # fmt: skip
     want = ref(input_ids=ids, attention_mask=mask).last_hidden_state[mask.bool()]
     got = model(input_ids=ids, attention_mask=mask).last_hidden_state[mask.bool()]
     rel = ((got - want).norm(dim=-1) / want.norm(dim=-1)).median()
