@@ -207,15 +207,16 @@ def _check_tokenizer(directory: Path, metadata: dict[str, str] | None) -> None:
 
 
 def add_to_manifest(directory: str | Path, name: str) -> None:
-    """List a file added to a saved model folder (e.g. by ``quantize``) in its manifest, the others unchanged.
+    """List a file added to (or replaced in) a saved model folder, e.g. by ``quantize``, in its manifest.
 
-    A folder saved before manifests is left without one; the manifest is checked first, so a folder whose files
-    were edited is refused rather than blessed."""
+    The other files' entries are unchanged. A folder saved before manifests is left without one; the other files
+    are checked first, so a folder whose files were edited is refused rather than blessed."""
     directory = Path(directory)
     manifest = _read_manifest(directory)
     if manifest is None:
         return
-    _check_manifest(directory, _changed(directory, manifest))
+    others = {key: entry for key, entry in manifest.items() if key != name}
+    _check_manifest(directory, _changed(directory, others))
     path = directory / name
     manifest[name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
     atomic_write_json(directory / MANIFEST_FILE, dict(sorted(manifest.items())))

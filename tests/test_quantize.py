@@ -40,6 +40,12 @@ def test_quantize_stores_checked_scales_that_int8_then_uses(run, capsys):
     blocks = len(saved.model.trunk_kind.cached_states().base.layers)
     assert set(scales) == {f"{i}.{g}" for i in range(blocks) for g in ("attn_in", "o_in", "mlp_in", "down_in")}
 
+    again = ["quantize", "--model", str(best), "--calibration-texts", "6", "--alpha", "0.6", "--min-tags", "0",
+             "--min-labels", "0"]  # fmt: skip
+    assert main(again) == 0  # made again: the file replaced and its manifest entry with it
+    assert json.loads((best / MANIFEST_FILE).read_text())[SCALES_FILE]["sha256"] == sha256_file(best / SCALES_FILE)
+    assert load_scales(best / SCALES_FILE)[1].alpha == 0.6 and load_model(best) is not None
+
     int8 = list(predict_texts(best, TEXTS, precision="int8"))
     assert [sorted(p) for p in int8] == [sorted(p) for p in fp32]  # same tasks, same keys
     from mtl_decoder.inference.loading import load_for_inference
