@@ -34,6 +34,7 @@ def summary_table() -> Table:
             fmt(hybrid["words_per_cpu_s"], 0),
             cpu(hybrid["cpu"]),
         ],
+        w8a8_row(),
         [
             f"`ple` on the frozen SmolLM2-135M trunk, {best['blocks']} blocks, `--precision {best['precision']}`",
             fmt(best["conll2003_test_f1"]),
@@ -256,3 +257,16 @@ def peers_table() -> Table:
 
 def semeval_names(prefix: str) -> list[str]:
     return [f"{prefix}semeval_ple", f"{prefix}semeval_single_aspect", f"{prefix}semeval_single_polarity"]
+
+
+def w8a8_row() -> list[str]:
+    """The 16-block model (retrained) in W8A8 int8: its own pretrained_throughput.py run, after quantize."""
+    name = "smollm2_frozen_ple/best int8"
+    entry = lookup("pretrained_throughput_w8a8.json", f"entries[name={name}]")
+    return [
+        "`ple` on the frozen SmolLM2-135M trunk, 16 blocks, W8A8 `--precision int8` after `mtl-decoder quantize`",
+        fmt(entry["conll2003_test_f1"]),
+        fmt(entry["sst2_test_accuracy"]),
+        fmt(entry["words_per_cpu_s"], 0),
+        cpu(lookup("pretrained_throughput_w8a8.json", "cpu")),
+    ]
