@@ -111,9 +111,16 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         "distill_small_train, its tokenizer the teacher's, its table static vectors (each token alone through the "
         "teacher's first half of blocks, PCA to 128)",
     ),
+    "distill_small_train_seed1": ("ple.yaml", [*SMALL, "training.seed=1"], "distill_small_train at seed 1"),
+    "distill_small_train_lex_embed_seed1": (
+        "ple.yaml",
+        [*SMALL, *LEX_EMBED, "training.seed=1"],
+        "distill_small_train_lex_embed at seed 1",
+    ),
 }
 TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train", "distill_small_train", "distill_small_train_lex_embed",
-                    "distill_small_train_lex_states"}  # fmt: skip
+                    "distill_small_train_lex_states", "distill_small_train_seed1",
+                    "distill_small_train_lex_embed_seed1"}  # fmt: skip
 """Rows whose transfer set is the training texts alone (no --unlabelled)."""
 
 
