@@ -44,7 +44,10 @@ PNG = Path("plots") / "frontier.png"
 """Where the picture goes, under the results folder."""
 JSON = Path("frontier.json")
 """Where the gathered points go, under the results folder."""
-PRETRAINED_FILES = ("pretrained_throughput.json", "pretrained_throughput_hybrid.json")
+W8A8_FILE = "pretrained_throughput_w8a8.json"
+"""The 16-block model trained again and timed in fp32 and W8A8 (after mtl-decoder quantize)."""
+PRETRAINED_FILES = ("pretrained_throughput.json", "pretrained_throughput_hybrid.json", W8A8_FILE)
+DISTILL_FILES = ("quality.json", "quality_lexicon.json")
 
 OURS, PEER = "ours", "peer"
 FAMILIES = {
@@ -106,11 +109,14 @@ def _test_metric(file: str, name: str, run: dict[str, Any], task: str, key: str)
     return value, f"{file} runs.{name}.metrics.test.{task}.{key}"
 
 
-def _pretrained_label(entry: dict[str, Any]) -> str:
-    """'4 blocks int8', '16+2 blocks fp32' for the hybrid (two blocks trained over sixteen cached)."""
+def _pretrained_label(entry: dict[str, Any], file: str = "") -> str:
+    """'4 blocks int8', '16+2 blocks fp32' for the hybrid (two blocks trained over sixteen cached), 'W8A8' for int8
+    with SmoothQuant scales."""
     hybrid = re.search(r"hybrid(\d+)_on(\d+)", entry["name"])
     blocks = f"{hybrid[2]}+{hybrid[1]}" if hybrid else str(entry["blocks"])
     untrained = " (untrained)" if "untrained" in entry["name"] else ""
+    if file == W8A8_FILE:
+        return f"{blocks} blocks {'W8A8' if entry['precision'] == 'int8' else 'fp32'} (retrained)"
     return f"{blocks} blocks {entry['precision']}{untrained}"
 
 
@@ -123,7 +129,7 @@ def pretrained_points(results: Path) -> list[Point]:
             at = f"{file} entries[name={entry['name']}]"
             points.append(
                 _point(
-                    _pretrained_label(entry),
+                    _pretrained_label(entry, file),
                     "pretrained",
                     entry.get("cpu", data.get("cpu")),
                     speed=(entry["words_per_cpu_s"], f"{at}.words_per_cpu_s"),
@@ -135,20 +141,23 @@ def pretrained_points(results: Path) -> list[Point]:
 
 
 def distilled_points(results: Path) -> list[Point]:
-    """The distill_* rows of quality.json, each timed after its training."""
-    runs = (_load(results, "quality.json") or {"runs": {}})["runs"]
-    return [
-        _point(
-            name.removeprefix("distill_").replace("_", " "),
-            "distilled",
-            run.get("cpu"),
-            speed=(run.get("words_per_cpu_s"), f"quality.json runs.{name}.words_per_cpu_s"),
-            conll=_test_metric("quality.json", name, run, "conll2003", "f1"),
-            sst2=_test_metric("quality.json", name, run, "sst2", "accuracy"),
-        )
-        for name, run in runs.items()
-        if name.startswith("distill_")
-    ]
+    """The distill_* rows of the quality files, each timed after its training."""
+    points = []
+    for file in DISTILL_FILES:
+        runs = (_load(results, file) or {"runs": {}})["runs"]
+        points += [
+            _point(
+                name.removeprefix("distill_").replace("_", " "),
+                "distilled",
+                run.get("cpu"),
+                speed=(run.get("words_per_cpu_s"), f"{file} runs.{name}.words_per_cpu_s"),
+                conll=_test_metric(file, name, run, "conll2003", "f1"),
+                sst2=_test_metric(file, name, run, "sst2", "accuracy"),
+            )
+            for name, run in runs.items()
+            if name.startswith("distill_")
+        ]
+    return points
 
 
 def scratch_points(results: Path) -> list[Point]:
