@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mtl_decoder.model import exact_matmul
+import mtl_decoder.model.exact_matmul as exact_matmul
 
 
 def _compute_dtype(x: torch.Tensor, *weights: torch.Tensor) -> torch.dtype:
