@@ -151,7 +151,9 @@ def load_model(directory: str | Path, device: torch.device | str | None = None) 
     config = read_config(directory / CONFIG_FILE, _saved_format(directory / WEIGHTS_FILE, metadata))
     label_sets = read_labels(directory / LABELS_FILE, config)
     words_as_text = trunk_for(config.model).pretrained or config.model.lexicon.words_as_text
-    encoder = TextEncoder.load(directory, config.data.max_length, words_as_text, config.model.word_token_position)
+    encoder = TextEncoder.load(
+        directory, config.data.max_length, words_as_text, config.model.word_token_position, config.model.all_caps
+    )
     _check_tokenizer(directory, metadata)  # readable (above), but is it this model's?
     manifest = _read_manifest(directory)
     identity = _read_identity(directory / TRUNK_FILE) if trunk_for(config.model).pretrained else None

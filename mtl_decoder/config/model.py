@@ -13,6 +13,9 @@ from mtl_decoder.config.trunk import TrunkConfig, check_trunk_model
 from mtl_decoder.config.variants import VARIANTS, Variant
 from mtl_decoder.errors import ConfigError
 
+ALL_CAPS_CHOICES = ("keep", "truecase", "title", "lower")
+"""``model.all_caps``: how an all-caps line is shown to the tokenizer (data/recasing.py does it)."""
+
 POSITION_EMBEDDINGS = ("rope", "linear", "linear_only")
 
 
@@ -74,6 +77,11 @@ class ModelConfig:
     suffixes stay) for this fraction of the batch's distinct words, so the tagger also learns to tag a word it has
     not seen from its context and spelling, instead of memorising the training set's names (the singleton-to-UNK
     replacement of Lample et al., 2016). 0 = off; needs word_hash_buckets."""
+    all_caps: str = "keep"
+    """How a line whose words are all upper case (a headline) is shown to the tokenizer: 'keep' (as it is),
+    'truecase' (each word in its most frequent form in the mixed-case training texts, a word not seen there in title
+    case; the table is saved with the model as truecase.json), 'title' or 'lower'. Only the sub-word ids change: the
+    words the features, the tags and the outputs see are the line's own (data/recasing.py)."""
     tagging_decoder: str = "softmax"
     """How tag sequences are decoded: 'softmax' (per token) or 'crf' (linear-chain CRF, Viterbi)."""
     word_token: str = "auto"
@@ -126,6 +134,7 @@ class ModelConfig:
             raise ConfigError("word_hash_dropout", f"must lie in [0, 1), got {self.word_hash_dropout}")
         if self.word_hash_dropout and not self.word_hash_buckets:
             raise ConfigError("word_hash_dropout", "drops hashed word features: set model.word_hash_buckets too")
+        check_choice("all_caps", self.all_caps, ALL_CAPS_CHOICES)
         if self.lexicon.enabled and self.trunk.enabled:
             raise ConfigError(
                 "lexicon.source",

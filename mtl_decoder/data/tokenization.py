@@ -15,6 +15,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from mtl_decoder.config import ModelConfig, TokenizerConfig
 from mtl_decoder.data.alignment import WordAlignment, is_blank
+from mtl_decoder.data.recasing import KEEP, Recaser
 from mtl_decoder.data.wordpieces import WordPieces, usable
 from mtl_decoder.errors import UserError
 
@@ -148,13 +149,22 @@ def text_word_spans(text: str, enc) -> tuple[list[tuple[int, int]], dict[int, in
 class TextEncoder:
     """Encodes words or raw text to at most ``max_length`` ids, special tokens included."""
 
-    def __init__(self, tokenizer: Tokenizer, max_length: int, words_as_text: bool = False, word_token: str = "first"):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        max_length: int,
+        words_as_text: bool = False,
+        word_token: str = "first",
+        recaser: Recaser = KEEP,
+    ):
         """``word_token``: the sub-word a word's tag is read from, 'first' or 'last' (``model.word_token``, resolved).
         ``words_as_text``: encode a word list as the text of its words joined by single spaces, each token
         assigned to the word it lies in (by its character offsets). A pretrained tokenizer (byte-level BPE,
         SentencePiece) marks a word's leading space in its first token; encoding words one by one
-        (``is_pretokenized``) would drop that mark and feed the trunk pieces it never saw in pretraining."""
-        self.words_as_text, self.word_token = words_as_text, word_token
+        (``is_pretokenized``) would drop that mark and feed the trunk pieces it never saw in pretraining.
+        ``recaser``: how an all-caps line is shown to the tokenizer (``model.all_caps``); the words of the ``Encoded``
+        stay the line's own."""
+        self.words_as_text, self.word_token, self.recaser = words_as_text, word_token, recaser
         self.tokenizer = tokenizer
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
@@ -177,25 +187,47 @@ class TextEncoder:
         """Word lists assembled from each distinct word's cached sub-words (None: the tokenizer encodes each list)."""
 
     @classmethod
-    def for_model(cls, tokenizer: Tokenizer, model: ModelConfig, max_length: int) -> TextEncoder:
+    def for_model(
+        cls, tokenizer: Tokenizer, model: ModelConfig, max_length: int, recaser: Recaser = KEEP
+    ) -> TextEncoder:
         """The text encoder a model of this config reads with.
 
         The encoder a model of this config reads: words joined as text for a pretrained trunk (or a student reading
-        with such a teacher's tokenizer), tags read at ``model.word_token`` ('auto' resolved)."""
-        return cls(tokenizer, max_length, words_as_text=model.words_as_text, word_token=model.word_token_position)
+        with such a teacher's tokenizer), tags read at ``model.word_token`` ('auto' resolved), all-caps lines shown
+        as ``recaser`` (``model.all_caps``) shows them."""
+        return cls(tokenizer, max_length, model.words_as_text, word_token=model.word_token_position, recaser=recaser)
 
     def encode_words(self, words: list[str]) -> Encoded:
+        shown = self.recaser.words(words)
         if self.pieces is not None:
-            return self._assembled(words)
-        if self.words_as_text:
-            return self._from_joined(words, self.tokenizer.encode(" ".join(words), add_special_tokens=False))
-        return self._from_words(words, self.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False))
+            enc = self._assembled(shown)
+        elif self.words_as_text:
+            enc = self._from_joined(shown, self.tokenizer.encode(" ".join(shown), add_special_tokens=False))
+        else:
+            enc = self._from_words(shown, self.tokenizer.encode(shown, is_pretokenized=True, add_special_tokens=False))
+        return self._as_given(words, shown, enc)
 
     def encode_text(self, text: str) -> Encoded:
-        return self._from_text(text, self.tokenizer.encode(text, add_special_tokens=False))
+        shown = self.recaser.text(text)
+        enc = self._from_text(shown, self.tokenizer.encode(shown, add_special_tokens=False))
+        return self._as_given(text, shown, enc)
 
     def encode_batch(self, items: list[list[str] | str]) -> list[Encoded]:
         """``encode_words``/``encode_text`` of each item, the tokenizer running over the whole list at once."""
+        if not self.recaser.active:
+            return self._encode_batch(items)
+        shown = [self.recaser.text(i) if isinstance(i, str) else self.recaser.words(i) for i in items]
+        return [self._as_given(*trio) for trio in zip(items, shown, self._encode_batch(shown), strict=True)]
+
+    @staticmethod
+    def _as_given(item: list[str] | str, shown: list[str] | str, enc: Encoded) -> Encoded:
+        """``enc`` of the recased ``shown`` with the words of ``item`` itself: the recaser keeps every word's length,
+        so the spans into the recased text are spans into the text."""
+        if shown is not item:
+            enc.words = [item[s:e] for s, e in enc.spans] if isinstance(item, str) else list(item)
+        return enc
+
+    def _encode_batch(self, items: list[list[str] | str]) -> list[Encoded]:
         texts = [i for i, item in enumerate(items) if isinstance(item, str)]
         lists = [i for i, item in enumerate(items) if not isinstance(item, str)]
         out: list[Encoded | None] = [None] * len(items)
@@ -290,15 +322,22 @@ class TextEncoder:
         from mtl_decoder.files import atomic_write_text
 
         atomic_write_text(Path(directory) / TOKENIZER_FILE, self.tokenizer.to_str(pretty=True))
+        self.recaser.save(directory)
 
     @classmethod
     def load(
-        cls, directory: str | Path, max_length: int, words_as_text: bool = False, word_token: str = "first"
+        cls,
+        directory: str | Path,
+        max_length: int,
+        words_as_text: bool = False,
+        word_token: str = "first",
+        all_caps: str = "keep",
     ) -> TextEncoder:
+        """The encoder saved in ``directory`` (its tokenizer.json, and truecase.json for all_caps 'truecase')."""
         path = Path(directory) / TOKENIZER_FILE
         if not path.is_file():
             raise UserError(f"{directory}: no {TOKENIZER_FILE} (is this a model directory?)")
-        return cls(read_tokenizer_file(path), max_length, words_as_text, word_token)
+        return cls(read_tokenizer_file(path), max_length, words_as_text, word_token, Recaser.load(directory, all_caps))
 
 
 def _word_of(start: int, end: int, word_ends: list[int], n_words: int) -> int:

@@ -26,7 +26,7 @@ from mtl_decoder.diagnostics.defaults import MAX_MISLABELLED, MAX_OVERLAP
 from mtl_decoder.diagnostics.findings import Finding, count, ranked
 from mtl_decoder.diagnostics.overlap import overlap_with_train, repeats_within, shared_files, unseen_entities
 from mtl_decoder.diagnostics.reading import SourceRead, read_all_splits, task_examples
-from mtl_decoder.training.setup import make_tokenizer
+from mtl_decoder.training.setup import make_recaser, make_tokenizer
 
 GLOBAL_PREFIX = "@"
 """Top-level JSON keys that are not tasks start with this; task names cannot (letters, digits, _ and - only)."""
@@ -109,8 +109,8 @@ def _encoder(config: ExperimentConfig, train_reads: list[SourceRead]) -> TextEnc
     untruncated ones; None when no train data could be read."""
     if not train_reads:
         return None
-    tokenizer = make_tokenizer(config, [r.source for r in train_reads])
-    return TextEncoder.for_model(tokenizer, config.model, max_length=1 << 30)
+    sources = [r.source for r in train_reads]
+    return TextEncoder.for_model(make_tokenizer(config, sources), config.model, 1 << 30, make_recaser(config, sources))
 
 
 def describe_task(
@@ -208,7 +208,7 @@ def length_stats(examples: list[Example], encoder: TextEncoder, max_length: int)
     cut = [i for i, n in enumerate(lengths) if n > max_length]
     words_cut = 0
     if cut:
-        limited = TextEncoder(encoder.tokenizer, max_length, encoder.words_as_text, encoder.word_token)
+        limited = TextEncoder(encoder.tokenizer, max_length, encoder.words_as_text, encoder.word_token, encoder.recaser)
         kept = limited.encode_batch([items[i] for i in cut])
         words_cut = sum(k.alignment.truncated_words for k in kept)
     return {

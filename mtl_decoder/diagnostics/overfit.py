@@ -42,7 +42,7 @@ from mtl_decoder.inference import Prediction, Predictor
 from mtl_decoder.model import build_model
 from mtl_decoder.runtime import default_device
 from mtl_decoder.saved import load_model, save_model
-from mtl_decoder.training.setup import make_optimizer, make_tokenizer
+from mtl_decoder.training.setup import make_optimizer, make_recaser, make_tokenizer
 
 PROBABILITY_TOLERANCE = 1e-5
 """Largest difference of a class probability between the model and its saved copy."""
@@ -126,7 +126,9 @@ def one_batch(cfg: ExperimentConfig, examples: int) -> tuple[list[Example], Text
     label_sets = {t.name: infer_labels(t, s.examples) for s in train for t in s.tasks}
     for source in train:
         check_labels(source, label_sets, "train")
-    encoder = TextEncoder.for_model(make_tokenizer(cfg, train), cfg.model, cfg.data.max_length)
+    encoder = TextEncoder.for_model(
+        make_tokenizer(cfg, train), cfg.model, cfg.data.max_length, make_recaser(cfg, train)
+    )
     return pick_examples(train, list(cfg.tasks), examples), encoder, label_sets
 
 

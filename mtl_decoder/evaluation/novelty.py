@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mtl_decoder.config import TAGGING, TaskConfig
+from mtl_decoder.data.recasing import is_all_caps  # the one headline rule: model.all_caps recases these lines
 from mtl_decoder.data.tasks import load_split
 from mtl_decoder.errors import UserError
 from mtl_decoder.evaluation.metrics import tagging_metrics
@@ -83,16 +84,6 @@ def seen_unseen_metrics(
 
 def _side(words: list[str], mention: Mention, seen: set[str]) -> str:
     return "seen" if surface(words, mention) in seen else "unseen"
-
-
-def _letters(words: list[str]) -> list[str]:
-    return [w for w in words if any(c.isalpha() for c in w)]
-
-
-def is_all_caps(words: list[str]) -> bool:
-    """A headline: at least two words with letters, every one of them upper case."""
-    lettered = _letters(words)
-    return len(lettered) >= 2 and all(w.upper() == w for w in lettered)
 
 
 def is_number_heavy(words: list[str]) -> bool:

@@ -13,6 +13,7 @@ from torch import nn
 
 from mtl_decoder.config import ExperimentConfig, TrainingConfig
 from mtl_decoder.data.batching import EncodedExample, MultiTaskDataset, encode_example
+from mtl_decoder.data.recasing import Recaser, build_table
 from mtl_decoder.data.tasks import Source, check_labels, infer_labels, load_split, source_key
 from mtl_decoder.data.tokenization import TextEncoder, load_pretrained_tokenizer, train_tokenizer
 from mtl_decoder.model.crf import CRF
@@ -80,6 +81,20 @@ def make_tokenizer(cfg: ExperimentConfig, train: list[Source], stored: Path | No
         return load_pretrained_tokenizer(cfg.tokenizer.pretrained)
     texts = (ex.words if ex.words is not None else ex.text for s in train for ex in s.examples)
     return train_tokenizer(texts, cfg.tokenizer)
+
+
+def make_recaser(cfg: ExperimentConfig, train: list[Source], stored: Path | None = None) -> Recaser:
+    """How the run shows all-caps lines to its tokenizer (model.all_caps).
+
+    For 'truecase', a resumed run's own table (``stored``: the run folder), else one built from the training
+    texts."""
+    mode = cfg.model.all_caps
+    if mode != "truecase":
+        return Recaser(mode)
+    if stored is not None:
+        return Recaser.load(stored, mode)
+    lines = (ex.words if ex.words is not None else ex.text.split() for s in train for ex in s.examples)
+    return Recaser(mode, build_table(lines))
 
 
 def encode_sources(

@@ -45,6 +45,7 @@ from mtl_decoder.training.setup import (
     group_schedules,
     lr_lambda,
     make_optimizer,
+    make_recaser,
     make_tokenizer,
     parameter_groups,
     precompute_trunk_states,
@@ -229,7 +230,8 @@ class Trainer(TrainingLoop):
         with acc.main_process_first():  # the main process trains and saves the tokenizer, the others load it
             stored_tokenizer = self.run.tokenizer if resumed or not acc.is_main_process else None
             tokenizer = make_tokenizer(cfg, train, stored_tokenizer)
-            encoder = TextEncoder.for_model(tokenizer, cfg.model, cfg.data.max_length)
+            recaser = make_recaser(cfg, train, stored_tokenizer.parent if stored_tokenizer is not None else None)
+            encoder = TextEncoder.for_model(tokenizer, cfg.model, cfg.data.max_length, recaser)
             if acc.is_main_process and not resumed:
                 self.run.claim(to_remove)
                 encoder.save(self.run.path)
