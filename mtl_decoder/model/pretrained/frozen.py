@@ -37,6 +37,7 @@ from mtl_decoder.model.decoder import MTLDecoder
 from mtl_decoder.model.heads import TaskHeadSpec
 from mtl_decoder.model.layers import make_norm
 from mtl_decoder.model.pretrained.hub import DTYPES, BaseIdentity
+from mtl_decoder.model.pretrained.packing import PackPlan
 from mtl_decoder.tensorstore import ShardedStore
 
 STORE_DTYPE = torch.float16
@@ -230,6 +231,8 @@ class FrozenStates(nn.Module):
         """How the trunk computes, part of the cache key: 'fp32' (its own dtype), or e.g. 'int8' (set_compute)."""
         self.precomputed: PrecomputeCounts | None = None
         """The last precompute's counts."""
+        self.pack_tokens = 0
+        """Texts packed into rows of at most this many ids before the trunk's pass (0: padded batches as given)."""
 
     def _apply(self, fn, recurse: bool = True):
         self.base._apply(fn)
@@ -292,8 +295,23 @@ class FrozenStates(nn.Module):
             return self.run(input_ids, attention_mask)
 
     def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """One pass of the trunk: its last hidden states (causal, as pretrained), float32."""
-        out = self.base(input_ids=input_ids, attention_mask=attention_mask.long(), use_cache=False)
+        """One pass of the trunk over (B, T) right-padded ids: (B, T, H) float32 states (causal, as pretrained).
+
+        With ``pack_tokens`` set, the texts are packed end to end into rows of at most that many ids where that
+        multiplies fewer tokens than the padded batch (packing.py), and unpacked after."""
+        lengths = attention_mask.sum(1).tolist()
+        plan = PackPlan.of(lengths, self.pack_tokens) if self.pack_tokens else None
+        if plan is None or plan.padded_tokens() >= input_ids.numel():
+            return self.hidden(input_ids, attention_mask.long(), None)
+        ids, positions = plan.pack(input_ids)
+        return plan.unpack(self.hidden(ids, None, positions), input_ids.shape[1])
+
+    def hidden(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The trunk's forward pass: its last hidden states, float32. Packed rows come with position ids and no
+        attention mask (Hugging Face then masks each packed text from the others)."""
+        out = self.base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         return out.last_hidden_state.float()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -232,10 +232,12 @@ class LayerStates(FrozenStates):
         digests = self.cache.digests
         return block_caches(root, self.identity, self.blocks, self.dtype, digests, self.compute_tag, **options)
 
-    def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """One pass of the trunk: the residual stream after each read block, side by side, float32."""
+    def hidden(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The trunk's forward pass: the residual stream after each read block, side by side, float32."""
         with capturing() as found:
-            self.base(input_ids=input_ids, attention_mask=attention_mask.long(), use_cache=False)
+            self.base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         return torch.cat([found[i].float() for i in self.blocks], dim=-1)  # (B, T, L*H)
 
 

@@ -1,0 +1,81 @@
+"""Several token sequences packed into one row of the trunk's batch, so that its blocks multiply no padding.
+
+A padded batch of B texts costs B x T tokens in every projection of every block, T being its longest text; with
+texts sorted by length the waste is small but not nothing (12% of the trunk's arithmetic on CoNLL-2003 test at the
+default token budget: benchmarks/results/pretrained_profile.json). Packed, the texts lie end to end in rows of at
+most ``row_tokens`` ids, each text's positions counting from 0 again; Hugging Face's attention masks then give every
+token only the tokens of its own text before it (``masking_utils.find_packed_sequence_indices``: a block-diagonal
+causal mask, built from the position ids when no attention mask is given). Each text's states are those of the
+padded batch up to float rounding (the projections multiply other rows beside them; the masked softmax sums more
+exact zeros). The price is attention over the whole row: its cost grows with ``row_tokens``, which is why rows are
+kept short (``PACK_TOKENS``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+PACK_TOKENS = 128
+"""Default length of a packed row: several CoNLL or SST-2 sentences (15-25 SmolLM2 ids each), and attention over
+the row still a few percent of a block's arithmetic (benchmarks/results/trunk_packing.json measured the choice)."""
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    """Where each text of a batch lies among the packed rows."""
+
+    row: list[int]
+    """Per text: the packed row it lies in."""
+    start: list[int]
+    """Per text: its first position in that row."""
+    lengths: list[int]
+    row_length: int
+    """Length of every packed row (the fullest row's)."""
+
+    @property
+    def rows(self) -> int:
+        return max(self.row) + 1 if self.row else 0
+
+    @classmethod
+    def of(cls, lengths: list[int], row_tokens: int) -> PackPlan:
+        """Texts of ``lengths`` packed first-fit, longest first, into rows of at most ``row_tokens`` ids (a longer
+        text has a row of its own)."""
+        fill: list[int] = []
+        row, start = [0] * len(lengths), [0] * len(lengths)
+        for i in sorted(range(len(lengths)), key=lambda k: -lengths[k]):
+            n = lengths[i]
+            target = next((r for r, used in enumerate(fill) if used + n <= row_tokens), None)
+            if target is None:
+                fill.append(0)
+                target = len(fill) - 1
+            row[i], start[i] = target, fill[target]
+            fill[target] += n
+        return cls(row, start, list(lengths), max(fill, default=0))
+
+    def padded_tokens(self) -> int:
+        return self.rows * self.row_length
+
+    def pack(self, input_ids: torch.Tensor, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) right-padded ids -> (R, L) packed ids and their position ids (each text from 0; a row's unused
+        tail a text of its own, of ``pad_id``, whose states are never read)."""
+        R, L = self.rows, self.row_length
+        ids = input_ids.new_full((R, L), pad_id)
+        positions = torch.arange(L, device=input_ids.device).repeat(R, 1)  # (R, L); the tails count on from 0 below
+        used = [0] * R
+        for i, (r, s, n) in enumerate(zip(self.row, self.start, self.lengths, strict=True)):
+            ids[r, s : s + n] = input_ids[i, :n]
+            positions[r, s : s + n] = torch.arange(n, device=input_ids.device)
+            used[r] = max(used[r], s + n)
+        for r, end in enumerate(used):
+            positions[r, end:] = torch.arange(L - end, device=input_ids.device)
+        return ids, positions
+
+    def unpack(self, packed: torch.Tensor, T: int) -> torch.Tensor:
+        """(R, L, H) states of the packed rows -> (B, T, H), each text's at its own positions, zeros after it."""
+        B, H = len(self.lengths), packed.shape[-1]
+        out = packed.new_zeros(B, T, H)
+        for i, (r, s, n) in enumerate(zip(self.row, self.start, self.lengths, strict=True)):
+            out[i, :n] = packed[r, s : s + n]
+        return out

@@ -1,0 +1,106 @@
+"""Texts packed end to end into the trunk's rows (model/pretrained/packing.py): the plan against brute-force
+invariants, and the packed pass against Hugging Face's own model run on each text alone, for the frozen, the
+several-block and the echo readings."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from helpers import tiny_config
+from hf_testkit import tiny_checkpoint
+from trunk_runs import batch
+
+from mtl_decoder.data.tokenization import TextEncoder
+from mtl_decoder.model import build_model
+from mtl_decoder.model.pretrained.hub import load_tokenizer
+from mtl_decoder.model.pretrained.packing import PackPlan
+
+LABELS = {"ner": ["O", "B-ORG", "I-ORG"], "sentiment": ["negative", "positive"]}
+ITEMS = [
+    ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."],
+    "Peter Blackburn went home.",
+    ["Rain"],
+    "A gripping , funny and moving film about nothing much at all",
+    ["6-3"],
+]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_plan_puts_every_text_whole_in_one_row_without_overlap(seed):
+    rng = random.Random(seed)
+    lengths = [rng.randint(1, 40) for _ in range(rng.randint(1, 30))]
+    plan = PackPlan.of(lengths, 48)
+    cells: dict[tuple[int, int], int] = {}
+    for i, n in enumerate(lengths):
+        for k in range(plan.start[i], plan.start[i] + n):
+            assert (plan.row[i], k) not in cells  # no two texts share a position
+            cells[(plan.row[i], k)] = i
+    assert plan.row_length == max(
+        max(plan.start[i] + n for i, n in enumerate(lengths) if plan.row[i] == r) for r in range(plan.rows)
+    )
+    assert plan.row_length <= max(48, max(lengths)) and plan.padded_tokens() >= sum(lengths)
+    ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for i, n in enumerate(lengths):
+        ids[i, :n] = torch.arange(1, n + 1) + 100 * i
+    packed, positions = plan.pack(ids)
+    for i, n in enumerate(lengths):
+        r, s = plan.row[i], plan.start[i]
+        assert packed[r, s : s + n].tolist() == ids[i, :n].tolist()
+        assert positions[r, s : s + n].tolist() == list(range(n))
+    back = plan.unpack(packed.unsqueeze(-1).float(), ids.shape[1]).squeeze(-1).long()
+    assert torch.equal(back, ids)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return tiny_checkpoint(tmp_path_factory.mktemp("hf") / "llama", "llama", layers=3)
+
+
+def _states(checkpoint: Path, root: Path, mode: str, *extra: str):
+    overrides = [f"model.trunk.pretrained={checkpoint}", f"model.trunk.cache_dir={root}", f"model.trunk.mode={mode}"]
+    cfg = tiny_config(root.parent / "run", [*overrides, *extra])
+    encoder = TextEncoder(load_tokenizer(cfg.model.trunk), cfg.data.max_length, words_as_text=True)
+    return build_model(cfg, LABELS, encoder).eval().states, encoder
+
+
+def _hf_alone(checkpoint: Path, ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+    """Per text: Hugging Face's last hidden states over that text alone."""
+    from transformers import AutoModel
+
+    ref = AutoModel.from_pretrained(checkpoint).eval()
+    with torch.no_grad():
+        return [
+            ref(input_ids=row[:n].unsqueeze(0)).last_hidden_state[0]
+            for row, n in zip(ids, mask.sum(1).tolist(), strict=True)
+        ]
+
+
+@pytest.mark.parametrize(
+    ("mode", "extra"), [("frozen", []), ("frozen", ["model.trunk.read_layers=[1,3]"]), ("echo", [])]
+)
+def test_a_packed_pass_gives_each_text_its_own_states(checkpoint, tmp_path, mode, extra):
+    """Each text's packed states against the same trunk over that text alone (no padding, no neighbour): for the
+    frozen reading also against Hugging Face's model (tests/model/pretrained hold the others' references)."""
+    states, encoder = _states(checkpoint, tmp_path / "cache", mode, *extra)
+    ids, mask = batch(encoder, ITEMS)
+    lengths = mask.sum(1).tolist()
+    alone = [states.compute(ids[i : i + 1, :n], mask[i : i + 1, :n])[0] for i, n in enumerate(lengths)]
+    states.pack_tokens = 24  # several texts a row, the long one alone
+    read = [2 * n for n in lengths] if mode == "echo" else lengths  # echo packs each text twice over
+    plan = PackPlan.of(read, 24)
+    assert plan.rows < len(ITEMS) and plan.padded_tokens() < len(ITEMS) * max(read)
+    packed = states.compute(ids, mask)
+    assert packed.shape == (*ids.shape, states.width)
+    for i, want in enumerate(alone):
+        n = lengths[i]
+        torch.testing.assert_close(packed[i, :n], want, rtol=1e-5, atol=1e-5)
+        assert (packed[i, n:] == 0).all()
+    if mode == "frozen" and not extra:
+        for i, want in enumerate(_hf_alone(checkpoint, ids, mask)):
+            torch.testing.assert_close(packed[i, : lengths[i]], want, rtol=1e-5, atol=1e-5)
