@@ -77,6 +77,8 @@ def quantize_int8(model: nn.Module) -> list[str]:
         raise UserError("precision int8: supported for native models and frozen trunks, not modes upcycle and lora")
     done: list[str] = []
     states = trunk.cached_states()
+    if states is not None:
+        states.packs()  # whether packed texts stay apart is checked in float32, before the trunk is quantised
     smoothing = model.__dict__.get(SMOOTHING)
     if states is not None and smoothing is not None:  # W8A8 with the folder's SmoothQuant scales
         from mtl_decoder.inference.smoothquant import quantize_blocks, scales_digest

@@ -37,7 +37,7 @@ from mtl_decoder.model.decoder import MTLDecoder
 from mtl_decoder.model.heads import TaskHeadSpec
 from mtl_decoder.model.layers import make_norm
 from mtl_decoder.model.pretrained.hub import DTYPES, BaseIdentity
-from mtl_decoder.model.pretrained.packing import PackPlan
+from mtl_decoder.model.pretrained.packing import PackPlan, packs_faithfully
 from mtl_decoder.tensorstore import ShardedStore
 
 STORE_DTYPE = torch.float16
@@ -233,6 +233,7 @@ class FrozenStates(nn.Module):
         """The last precompute's counts."""
         self.pack_tokens = 0
         """Texts packed into rows of at most this many ids before the trunk's pass (0: padded batches as given)."""
+        self._packing_checked: bool | None = None
 
     def _apply(self, fn, recurse: bool = True):
         self.base._apply(fn)
@@ -301,10 +302,19 @@ class FrozenStates(nn.Module):
         multiplies fewer tokens than the padded batch (packing.py), and unpacked after."""
         lengths = attention_mask.sum(1).tolist()
         plan = PackPlan.of(lengths, self.pack_tokens) if self.pack_tokens else None
-        if plan is None or plan.padded_tokens() >= input_ids.numel():
+        if plan is None or plan.padded_tokens() >= input_ids.numel() or not self.packs():
             return self.hidden(input_ids, attention_mask.long(), None)
         ids, positions = plan.pack(input_ids)
         return plan.unpack(self.hidden(ids, None, positions), input_ids.shape[1])
+
+    def packs(self) -> bool:
+        """Whether this trunk keeps packed texts apart (``packing.packs_faithfully``), checked once: on the first
+        packed pass, or before int8 quantises the trunk (``quantize_int8``), so that the check compares float32."""
+        if self._packing_checked is None:
+            device = next(self.base.parameters()).device
+            with self.exactly(device):
+                self._packing_checked = packs_faithfully(self.hidden, self.base.config.vocab_size, device)
+        return self._packing_checked
 
     def hidden(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None

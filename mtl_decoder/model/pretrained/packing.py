@@ -13,6 +13,7 @@ kept short (``PACK_TOKENS``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -79,3 +80,24 @@ class PackPlan:
         for i, (r, s, n) in enumerate(zip(self.row, self.start, self.lengths, strict=True)):
             out[i, :n] = packed[r, s : s + n]
         return out
+
+
+Forward = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor | None], torch.Tensor]
+"""(ids, attention mask or None, position ids or None) -> states: a trunk's pass (FrozenStates.hidden)."""
+
+
+@torch.no_grad()
+def packs_faithfully(forward: Forward, vocab_size: int, device: torch.device | str = "cpu") -> bool:
+    """Whether ``forward`` keeps packed texts apart: two probe texts packed in one row give the states each gives
+    alone. A trunk whose attention does not build the block-diagonal mask from position ids (an architecture whose
+    Hugging Face code lacks it) would let the second see the first and count its positions on; such a trunk is run
+    padded instead."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randint(1, vocab_size, (n,), generator=gen).to(device) for n in (5, 4))
+    plan = PackPlan.of([5, 4], 16)
+    ids = torch.zeros(2, 5, dtype=torch.long, device=device)
+    ids[0], ids[1, :4] = a, b
+    packed, positions = plan.pack(ids)
+    together = plan.unpack(forward(packed, None, positions), 5)
+    alone = [forward(t.unsqueeze(0), None, None)[0] for t in (a, b)]
+    return all(torch.allclose(together[i, : len(t)], alone[i], rtol=1e-3, atol=1e-3) for i, t in enumerate((a, b)))

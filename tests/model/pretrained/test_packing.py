@@ -104,3 +104,17 @@ def test_a_packed_pass_gives_each_text_its_own_states(checkpoint, tmp_path, mode
     if mode == "frozen" and not extra:
         for i, want in enumerate(_hf_alone(checkpoint, ids, mask)):
             torch.testing.assert_close(packed[i, : lengths[i]], want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_trunk_that_lets_packed_texts_see_each_other_is_run_padded(checkpoint, tmp_path):
+    states, encoder = _states(checkpoint, tmp_path / "cache", "frozen")
+    ids, mask = batch(encoder, ITEMS)
+    lengths = mask.sum(1).tolist()
+    alone = [states.compute(ids[i : i + 1, :n], mask[i : i + 1, :n])[0] for i, n in enumerate(lengths)]
+    faithful = states.hidden
+    states.hidden = lambda input_ids, attention_mask, position_ids: faithful(input_ids, attention_mask, None)
+    states.pack_tokens = 24  # positions counted on across the row, no mask between texts: one causal stream
+    assert not states.packs()
+    packed = states.compute(ids, mask)
+    for i, want in enumerate(alone):
+        torch.testing.assert_close(packed[i, : lengths[i]], want, rtol=1e-5, atol=1e-5)
