@@ -7,6 +7,7 @@ import argparse
 from mtl_decoder.commands.flags import (
     add_engine_flag,
     add_max_tokens_flag,
+    add_pack_tokens_flag,
     add_precision_flag,
     add_state_cache_flags,
 )
@@ -70,6 +71,7 @@ def add_evaluate(sub) -> None:
     p.add_argument("--batch-size", type=int, help="examples per batch")
     add_precision_flag(p)
     add_max_tokens_flag(p)
+    add_pack_tokens_flag(p)
     add_engine_flag(p)
     add_state_cache_flags(p)
     p.set_defaults(func=run_evaluate)

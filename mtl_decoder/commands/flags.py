@@ -35,6 +35,19 @@ def add_max_tokens_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_pack_tokens_flag(p: argparse.ArgumentParser) -> None:
+    from mtl_decoder.model.pretrained.packing import PACK_TOKENS  # the default, stated where packing is
+
+    p.add_argument(
+        "--pack-tokens",
+        type=int,
+        metavar="N",
+        help="pretrained trunk: texts packed end to end into rows of at most N ids for the trunk's pass, so that it "
+        f"multiplies no padding (default {PACK_TOKENS}; 0: padded batches); predictions do not depend on it beyond "
+        "float rounding",
+    )
+
+
 def add_state_cache_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cache-dir",

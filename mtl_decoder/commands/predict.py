@@ -8,6 +8,7 @@ import sys
 from mtl_decoder.commands.flags import (
     add_engine_flag,
     add_max_tokens_flag,
+    add_pack_tokens_flag,
     add_precision_flag,
     add_state_cache_flags,
 )
@@ -72,6 +73,7 @@ STREAM_IGNORES = {  # predict flag -> (its attribute, its default): what --strea
     "--cache-states": ("cache_states", False),
     "--cache-dir": ("cache_dir", None),
     "--max-tokens": ("max_tokens", None),
+    "--pack-tokens": ("pack_tokens", None),
     "--engine": ("engine", "torch"),
 }
 
@@ -108,6 +110,7 @@ def add_predict(sub) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     add_precision_flag(p)
     add_max_tokens_flag(p)
+    add_pack_tokens_flag(p)
     add_engine_flag(p)
     p.add_argument(
         "--workers",

@@ -39,7 +39,12 @@ CoNLL-2003 test sentences predicts 0.92x as fast at 1024, 1.02x at 2048."""
 ENGINES = ("torch", "onnx")
 """What runs the model: torch, or onnx (the folder's graph from export --format onnx, on ONNX Runtime, fp32 only)."""
 
-FLAGS = {"batch_size": "--batch-size", "max_tokens": "--max-tokens", "workers": "--workers"}
+FLAGS = {
+    "batch_size": "--batch-size",
+    "max_tokens": "--max-tokens",
+    "workers": "--workers",
+    "pack_tokens": "--pack-tokens",
+}
 """A setting's name in the commands' errors (a function's errors name its keyword)."""
 
 
@@ -55,6 +60,9 @@ class InferenceOptions:
     """Threads running batches side by side (None: Predictor.default_workers)."""
     max_tokens: int | None = None
     """Padded sub-words a batch holds at most (None: MAX_TOKENS of the model's kind; 0: rows only)."""
+    pack_tokens: int | None = None
+    """A pretrained trunk's pass: texts packed end to end into rows of at most this many ids (None: the trunk's
+    default, model/pretrained/packing.PACK_TOKENS; 0: padded batches)."""
     cache_states: bool = False
     """A frozen trunk: also write the states of new texts to its cache folder."""
     cache_dir: str | Path | None = None
@@ -86,6 +94,9 @@ class InferenceOptions:
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise UserError(f"{name('workers')} must be at least 1, got {self.workers}")
         check_max_tokens(self.max_tokens, name("max_tokens"))
+        pack = self.pack_tokens
+        if pack is not None and (not isinstance(pack, int) or isinstance(pack, bool) or pack < 0):
+            raise UserError(f"{name('pack_tokens')} must be 0 (padded batches) or a positive row length, got {pack!r}")
         if self.engine not in ENGINES:
             raise UserError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.engine == "onnx" and self.precision != "fp32":

@@ -182,6 +182,9 @@ class Predictor:
             forward=forward,
         )
         saved.for_inference(options.cache_dir, write=options.cache_states)
+        states = saved.model.trunk_kind.cached_states()
+        if states is not None and options.pack_tokens is not None:
+            states.pack_tokens = options.pack_tokens
         return predictor
 
     @property

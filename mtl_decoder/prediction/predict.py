@@ -57,6 +57,7 @@ def predict_texts(
     cache_dir: str | Path | None = None,
     max_tokens: int | None = None,
     engine: str = "torch",
+    pack_tokens: int | None = None,
     *,
     options: InferenceOptions | None = None,
 ) -> Iterator[dict[str, Any]]:
@@ -71,9 +72,11 @@ def predict_texts(
     from its cache folder under ``cache_dir`` (default: the model's) and written there only with ``cache_states``.
     ``max_tokens``: a batch's padded sub-words at most (None: the model's default, Predictor.default_max_tokens;
     0: rows only). int8 quantises a SavedModel given here in place. ``engine``: torch, or onnx (the folder's graph
-    from export --format onnx, on ONNX Runtime)."""
+    from export --format onnx, on ONNX Runtime). ``pack_tokens``: a pretrained trunk's texts packed into rows of at
+    most this many ids (None: packing.PACK_TOKENS; 0: padded batches)."""
     given = dict(batch_size=batch_size, device=device, precision=precision, workers=workers, gate_table=gate_table,
-                 cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens, engine=engine)  # fmt: skip
+                 cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens, engine=engine,
+                 pack_tokens=pack_tokens)  # fmt: skip
     options = resolve_options(options, given).checked()
     prepared = prepare_model(model, options, tasks)
     return _predict_items(prepared.predictor, items, prepared.tasks)
@@ -128,6 +131,7 @@ def predict_file(
     cache_dir: str | Path | None = None,
     max_tokens: int | None = None,
     engine: str = "torch",
+    pack_tokens: int | None = None,
     options: InferenceOptions | None = None,
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
@@ -141,7 +145,8 @@ def predict_file(
     files one process would; ``shard`` ('K/N') predicts only shard K of N into a part file for merge-predictions
     (see mtl_decoder.prediction.sharded)."""
     given = dict(batch_size=batch_size, device=device, precision=precision, workers=workers, gate_table=gate_table,
-                 cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens, engine=engine)  # fmt: skip
+                 cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens, engine=engine,
+                 pack_tokens=pack_tokens)  # fmt: skip
     options = resolve_options(options, given)
     fields = dict(tasks=tasks, fmt=fmt, text_column=text_column, on_error=on_error, force=force)
     if shard is not None or launched():

@@ -37,7 +37,7 @@ from mtl_decoder.model.decoder import MTLDecoder
 from mtl_decoder.model.heads import TaskHeadSpec
 from mtl_decoder.model.layers import make_norm
 from mtl_decoder.model.pretrained.hub import DTYPES, BaseIdentity
-from mtl_decoder.model.pretrained.packing import PackPlan, packs_faithfully
+from mtl_decoder.model.pretrained.packing import PACK_TOKENS, PackPlan, packs_faithfully
 from mtl_decoder.tensorstore import ShardedStore
 
 STORE_DTYPE = torch.float16
@@ -231,7 +231,7 @@ class FrozenStates(nn.Module):
         """How the trunk computes, part of the cache key: 'fp32' (its own dtype), or e.g. 'int8' (set_compute)."""
         self.precomputed: PrecomputeCounts | None = None
         """The last precompute's counts."""
-        self.pack_tokens = 0
+        self.pack_tokens = PACK_TOKENS
         """Texts packed into rows of at most this many ids before the trunk's pass (0: padded batches as given)."""
         self._packing_checked: bool | None = None
 

@@ -118,3 +118,39 @@ def test_a_trunk_that_lets_packed_texts_see_each_other_is_run_padded(checkpoint,
     packed = states.compute(ids, mask)
     for i, want in enumerate(alone):
         torch.testing.assert_close(packed[i, : lengths[i]], want, rtol=1e-5, atol=1e-5)
+
+
+def test_predict_packs_by_default_and_gives_what_padded_batches_give(tmp_path, capsys):
+    import json
+
+    from trunk_runs import trained
+
+    from mtl_decoder.cli import main
+    from mtl_decoder.inference.options import InferenceOptions
+    from mtl_decoder.inference.predictor import Predictor
+    from mtl_decoder.model.pretrained.packing import PACK_TOKENS
+    from mtl_decoder.saved import load_model
+
+    run = trained(tmp_path / "frozen", "frozen")
+    saved = load_model(run.best)
+    assert Predictor.from_saved(saved).model.trunk_kind.cached_states().pack_tokens == PACK_TOKENS > 0
+    assert (
+        Predictor.from_saved(saved, InferenceOptions(pack_tokens=0)).model.trunk_kind.cached_states().pack_tokens == 0
+    )
+    source = tmp_path / "in.txt"
+    source.write_text("EU rejects German call .\nA gripping film\nRain\nPeter Blackburn went home today .\n")
+    outputs = {}
+    for name, extra in (("packed", []), ("padded", ["--pack-tokens", "0"]), ("rows8", ["--pack-tokens", "8"])):
+        out = tmp_path / f"{name}.jsonl"
+        argv = ["predict", "--model", str(run.best), "--input", str(source), "--output", str(out), *extra]
+        assert main(argv) == 0
+        outputs[name] = [json.loads(line) for line in out.read_text().splitlines()]
+    for name in ("packed", "rows8"):
+        for got, want in zip(outputs[name], outputs["padded"], strict=True):
+            assert got["predictions"]["ner"]["tags"] == want["predictions"]["ner"]["tags"]
+            probs, ref = got["predictions"]["sentiment"]["probs"], want["predictions"]["sentiment"]["probs"]
+            assert all(abs(probs[k] - ref[k]) < 1e-5 for k in ref)
+    capsys.readouterr()
+    argv = ["predict", "--model", str(run.best), "--input", str(source), "--output", str(tmp_path / "x.jsonl")]
+    assert main([*argv, "--pack-tokens", "-1"]) == 2
+    assert "--pack-tokens must be 0 (padded batches) or a positive row length, got -1" in capsys.readouterr().err
