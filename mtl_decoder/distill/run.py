@@ -111,7 +111,7 @@ def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | No
             )
         if task.labels is None:  # the teacher's label set; a student's own list keeps its order (its files' ids)
             tasks[name] = dataclasses.replace(task, labels=list(labels))
-    fingerprint = teacher_fingerprint(teacher)
+    fingerprint = teacher_fingerprint(teacher, config.distill.teacher_precision)
     for pinned, where in ((config.distill.teacher_hash, "distill.teacher_hash"), (stored_hash, "the run's config")):
         if pinned is not None and pinned != fingerprint:
             raise UserError(
@@ -135,6 +135,17 @@ def label_columns(teacher: Path, label_sets: dict[str, list[str]]) -> dict[str, 
             )
         columns[task] = [theirs.index(label) for label in ours]
     return columns
+
+
+def quantize_teacher(saved) -> None:
+    """The teacher in int8 as ``--precision int8`` runs a saved model: W8A8 where its folder has SmoothQuant scales
+    (``mtl-decoder quantize``), else dynamic int8; for CPUs."""
+    from mtl_decoder.inference.options import autocast_dtype
+    from mtl_decoder.inference.quantize import quantize_int8, use_folder_smoothing
+
+    autocast_dtype("int8", next(saved.model.parameters()).device)  # a UserError on a GPU
+    use_folder_smoothing(saved)
+    quantize_int8(saved.model)
 
 
 def _stored_teacher_hash(run_dir: Path) -> str | None:
@@ -196,6 +207,7 @@ class DistillTrainer(Trainer):
         teacher = {
             "folder": d.teacher,
             "fingerprint": d.teacher_hash,
+            "precision": d.teacher_precision,
             "temperature": d.temperature,
             "alpha": d.alpha,
             "soft": d.soft,
@@ -270,6 +282,8 @@ class DistillTrainer(Trainer):
         if todo:
             store.disk.check_writable("distill.cache_dir" if d.cache_dir else "the target cache")
             saved = load_model(d.teacher, device=self.accelerator.device)
+            if d.teacher_precision == "int8":
+                quantize_teacher(saved)
             saved.for_inference()  # the teacher reads its trunk's states but never fills the disk or memory with them
             labeller = TeacherLabeller(saved, saved.config.data.eval_batch_size)
             started = time.perf_counter()

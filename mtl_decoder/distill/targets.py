@@ -42,9 +42,15 @@ def default_cache_root() -> Path:
     return cache_root("targets")
 
 
-def teacher_fingerprint(folder: str | Path) -> str:
-    """The hash of the files of a saved model folder that decide what it predicts."""
-    return files_fingerprint(folder, FINGERPRINTED)
+def teacher_fingerprint(folder: str | Path, precision: str = "fp32") -> str:
+    """The hash of the files of a saved model folder that decide what it predicts at ``precision``: for int8 also
+    its SmoothQuant scales (smoothquant.safetensors, where ``mtl-decoder quantize`` stored them), and the precision
+    itself, so an int8 teacher's targets never mix with its float32 ones."""
+    if precision == "fp32":
+        return files_fingerprint(folder, FINGERPRINTED)
+    from mtl_decoder.inference.smoothquant import SCALES_FILE
+
+    return short_digest(f"{precision}:{files_fingerprint(folder, (*FINGERPRINTED, SCALES_FILE))}".encode())
 
 
 def text_key(item: Item) -> str:
