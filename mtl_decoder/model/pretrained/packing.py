@@ -41,19 +41,20 @@ class PackPlan:
 
     @classmethod
     def of(cls, lengths: list[int], row_tokens: int) -> PackPlan:
-        """Texts of ``lengths`` packed first-fit, longest first, into rows of at most ``row_tokens`` ids (a longer
-        text has a row of its own)."""
-        fill: list[int] = []
+        """Texts of ``lengths`` spread over as many rows as ``row_tokens`` ids each need for them all, longest first,
+        each into the row least filled so far (LPT scheduling): the rows end up about equally full, so padding them
+        to the fullest one wastes little (a text longer than the others' rows sets the row length)."""
+        import heapq
+
+        rows = max(1, min(len(lengths), -(-sum(lengths) // row_tokens)))  # ceil, and no row left empty
+        fill = [(0, r) for r in range(rows)]  # a heap of (ids so far, row)
         row, start = [0] * len(lengths), [0] * len(lengths)
         for i in sorted(range(len(lengths)), key=lambda k: -lengths[k]):
-            n = lengths[i]
-            target = next((r for r, used in enumerate(fill) if used + n <= row_tokens), None)
-            if target is None:
-                fill.append(0)
-                target = len(fill) - 1
-            row[i], start[i] = target, fill[target]
-            fill[target] += n
-        return cls(row, start, list(lengths), max(fill, default=0))
+            used, r = heapq.heappop(fill)
+            row[i], start[i] = r, used
+            heapq.heappush(fill, (used + lengths[i], r))
+        fullest = max(used for used, _ in fill) if lengths else 0
+        return cls(row, start, list(lengths), fullest)
 
     def padded_tokens(self) -> int:
         return self.rows * self.row_length

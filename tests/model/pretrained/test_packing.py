@@ -44,7 +44,8 @@ def test_a_plan_puts_every_text_whole_in_one_row_without_overlap(seed):
     assert plan.row_length == max(
         max(plan.start[i] + n for i, n in enumerate(lengths) if plan.row[i] == r) for r in range(plan.rows)
     )
-    assert plan.row_length <= max(48, max(lengths)) and plan.padded_tokens() >= sum(lengths)
+    assert plan.rows == min(len(lengths), -(-sum(lengths) // 48))  # as few rows as 48 ids each need
+    assert plan.row_length <= sum(lengths) / plan.rows + max(lengths)  # LPT's bound: the mean plus one text
     ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
     for i, n in enumerate(lengths):
         ids[i, :n] = torch.arange(1, n + 1) + 100 * i
@@ -91,9 +92,9 @@ def test_a_packed_pass_gives_each_text_its_own_states(checkpoint, tmp_path, mode
     ids, mask = batch(encoder, ITEMS)
     lengths = mask.sum(1).tolist()
     alone = [states.compute(ids[i : i + 1, :n], mask[i : i + 1, :n])[0] for i, n in enumerate(lengths)]
-    states.pack_tokens = 24  # several texts a row, the long one alone
     read = [2 * n for n in lengths] if mode == "echo" else lengths  # echo packs each text twice over
-    plan = PackPlan.of(read, 24)
+    states.pack_tokens = 2 * 24 if mode == "echo" else 24  # short texts share a row, the long ones have their own
+    plan = PackPlan.of(read, states.pack_tokens)
     assert plan.rows < len(ITEMS) and plan.padded_tokens() < len(ITEMS) * max(read)
     packed = states.compute(ids, mask)
     assert packed.shape == (*ids.shape, states.width)
