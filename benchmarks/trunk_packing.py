@@ -2,7 +2,7 @@
 token-budget batches, on a trained frozen-trunk model: speed, the arithmetic spent on padding, and the outputs.
 
     python benchmarks/trunk_packing.py --model benchmarks/runs/smollm2_frozen_ple/best [--pack 0,64,128,256]
-                                       [--sentences 1000] [--rounds 3]
+                                       [--sentences 1000] [--rounds 3] [--precision fp32|int8] [--call-size N]
 
 Every configuration predicts every task of the first ``--sentences`` CoNLL-2003 test token lists (``predict_texts``,
 1 torch thread, 1 worker, the Predictor's default batches, the state cache an empty temporary folder read only, so
@@ -10,7 +10,8 @@ every sentence runs through the trunk); each round times every configuration onc
 of words per CPU-second are reported with their spread (min-max over the rounds) and the ratio to pack 0 (today's
 padded batches) from the same rounds. Padding: ids the trunk multiplied against the texts' own ids. Outputs: every
 configuration's predictions against pack 0's (identical tag sequences and labels, the largest probability
-difference). Writes benchmarks/results/trunk_packing.json.
+difference). ``--call-size N`` predicts the sentences N at a time (a service's small requests, whose batches are
+as ragged as the requests). Writes benchmarks/results/trunk_packing.json (``--out`` for another file).
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ def measure(args: argparse.Namespace) -> dict:
 
         def predict(pack: int) -> list[dict]:
             states.pack_tokens = pack
-            return list(predict_texts(saved, items, workers=1, cache_dir=Path(cache_dir)))
+            calls = [items[i : i + args.call_size] for i in range(0, len(items), args.call_size or len(items))]
+            options = {"precision": args.precision, "workers": 1, "cache_dir": Path(cache_dir)}
+            return [p for call in calls for p in predict_texts(saved, call, **options)]
 
         for pack in packs:  # warm-up, the outputs and the padding
             counts.update(multiplied=0, own=0)
@@ -116,6 +119,8 @@ def measure(args: argparse.Namespace) -> dict:
         "model": str(args.model),
         "cpu": cpu_name(),
         "threads": 1,
+        "precision": args.precision,
+        "call_size": args.call_size or None,
         "rounds": args.rounds,
         "input": f"CoNLL-2003 test, first {len(items)} sentences ({words} words), pre-tokenised; every task predicted",
         "torch": torch.__version__,
@@ -129,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pack", default="0,64,128,256", help="row lengths to try; the first is the baseline")
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--precision", default="fp32", help="fp32, or int8 (W8A8 where the folder has its scales)")
+    parser.add_argument(
+        "--call-size", type=int, default=0, help="texts per predict_texts call, as a service's requests (0: one call)"
+    )
     parser.add_argument("--data-root", default=str(default_data_root()))
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "trunk_packing.json"))
     args = parser.parse_args(argv)

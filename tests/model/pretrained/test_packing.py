@@ -155,3 +155,23 @@ def test_predict_packs_by_default_and_gives_what_padded_batches_give(tmp_path, c
     argv = ["predict", "--model", str(run.best), "--input", str(source), "--output", str(tmp_path / "x.jsonl")]
     assert main([*argv, "--pack-tokens", "-1"]) == 2
     assert "--pack-tokens must be 0 (padded batches) or a positive row length, got -1" in capsys.readouterr().err
+
+
+def test_a_batch_that_packing_would_barely_shrink_stays_padded(checkpoint, tmp_path):
+    from mtl_decoder.model.pretrained.packing import MIN_SAVING
+
+    states, encoder = _states(checkpoint, tmp_path / "cache", "frozen")
+    states.pack_tokens = 24
+    passes = []
+    faithful = states.hidden
+    states.hidden = lambda ids, mask, positions: passes.append(positions is not None) or faithful(ids, mask, positions)
+    assert states.packs() and passes == [True, False, False]  # the check: the probes packed, then each alone
+    passes.clear()
+    even = [["EU", "rejects", "German", "call"], ["Peter", "went", "home", "today"]]  # about equal lengths
+    ids, mask = batch(encoder, even)
+    plan = PackPlan.of(mask.sum(1).tolist(), 24)
+    assert plan.padded_tokens() > (1 - MIN_SAVING) * ids.numel()
+    states.compute(ids, mask)
+    ragged = [["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."], ["Rain"], ["6-3"]]
+    states.compute(*batch(encoder, ragged))
+    assert passes == [False, True]  # the even batch as given, the ragged one packed
