@@ -37,7 +37,7 @@ from mtl_decoder.model.decoder import MTLDecoder
 from mtl_decoder.model.heads import TaskHeadSpec
 from mtl_decoder.model.layers import make_norm
 from mtl_decoder.model.pretrained.hub import DTYPES, BaseIdentity
-from mtl_decoder.model.pretrained.packing import MIN_SAVING, PACK_TOKENS, PackPlan, packs_faithfully
+from mtl_decoder.model.pretrained.packing import PACK_TOKENS, packed_pass, packs_faithfully
 from mtl_decoder.tensorstore import ShardedStore
 
 STORE_DTYPE = torch.float16
@@ -300,12 +300,8 @@ class FrozenStates(nn.Module):
 
         With ``pack_tokens`` set, the texts are packed end to end into rows of at most that many ids where that
         multiplies at least ``MIN_SAVING`` fewer ids than the padded batch (packing.py), and unpacked after."""
-        lengths = attention_mask.sum(1).tolist()
-        plan = PackPlan.of(lengths, self.pack_tokens) if self.pack_tokens else None
-        if plan is None or plan.padded_tokens() > (1 - MIN_SAVING) * input_ids.numel() or not self.packs():
-            return self.hidden(input_ids, attention_mask.long(), None)
-        ids, positions = plan.pack(input_ids)
-        return plan.unpack(self.hidden(ids, None, positions), input_ids.shape[1])
+        packed = packed_pass(self.hidden, input_ids, attention_mask, self.pack_tokens, self.packs)
+        return packed if packed is not None else self.hidden(input_ids, attention_mask.long(), None)
 
     def packs(self) -> bool:
         """Whether this trunk keeps packed texts apart (``packing.packs_faithfully``), checked once: on the first

@@ -95,6 +95,25 @@ Forward = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor | None], tor
 """(ids, attention mask or None, position ids or None) -> states: a trunk's pass (FrozenStates.hidden)."""
 
 
+def packed_pass(
+    forward: Forward,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    row_tokens: int,
+    faithful: Callable[[], bool],
+) -> torch.Tensor | None:
+    """(B, T, H) states of (B, T) right-padded ids from one packed pass of ``forward``, or None where packing is off
+    (``row_tokens`` 0), would save less than ``MIN_SAVING`` of the batch's ids, or the trunk does not keep packed
+    texts apart (``faithful``, asked only when the rest says pack)."""
+    if not row_tokens:
+        return None
+    plan = PackPlan.of(attention_mask.sum(1).tolist(), row_tokens)
+    if plan.padded_tokens() > (1 - MIN_SAVING) * input_ids.numel() or not faithful():
+        return None
+    ids, positions = plan.pack(input_ids)
+    return plan.unpack(forward(ids, None, positions), input_ids.shape[1])
+
+
 @torch.no_grad()
 def packs_faithfully(forward: Forward, vocab_size: int, device: torch.device | str = "cpu") -> bool:
     """Whether ``forward`` keeps packed texts apart: two probe texts packed in one row give the states each gives
