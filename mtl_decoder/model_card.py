@@ -123,7 +123,8 @@ def _teacher(teacher: dict[str, Any]) -> list[str]:
     transfer = ", ".join(f"`{path}` ({n:,} texts)" for path, n in unlabelled.items()) or "none"
     kind = "soft targets" if teacher.get("soft", True) else "hard labels"
     return [
-        f"- teacher: `{teacher.get('folder')}` (fingerprint `{teacher.get('fingerprint')}`)",
+        f"- teacher: `{teacher.get('folder')}` (fingerprint `{teacher.get('fingerprint')}`), labelling in "
+        f"{teacher.get('precision', 'fp32')}",
         f"- trained on the teacher's {kind} at temperature {teacher.get('temperature')}, mixed with the gold "
         f"labels (alpha {teacher.get('alpha')} on the teacher's term)",
         f"- unlabelled transfer texts: {transfer}",
@@ -184,8 +185,18 @@ def _configuration(config: ExperimentConfig) -> list[str]:
         f"- training: {steps}, lr {t.lr}, schedule {t.schedule} (warmup {t.warmup_ratio}), weight decay "
         f"{t.weight_decay}, precision {t.mixed_precision}, seed {t.seed}",
         f"- loss balancing: {config.balancing.method}",
+        *_all_caps(m.all_caps),
         "- the whole resolved configuration: config.yaml in this folder",
     ]
+
+
+def _all_caps(mode: str) -> list[str]:
+    """How the model reads headlines (model.all_caps), when not as they are."""
+    if mode == "keep":
+        return []
+    shown = {"truecase": "in each word's usual case from the training texts (truecase.json)", "title": "title-cased",
+             "lower": "lower-cased"}[mode]  # fmt: skip
+    return [f"- all-caps lines (headlines) reach the tokenizer {shown}; outputs keep the line's own words"]
 
 
 def _limits(config: ExperimentConfig, identity: dict[str, Any] | None) -> list[str]:

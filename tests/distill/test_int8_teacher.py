@@ -36,6 +36,7 @@ def test_an_int8_teacher_labels_as_predict_int8_does(tmp_path):
     assert fingerprint != teacher_fingerprint(teacher) and [p.name for p in cache.iterdir()] == [fingerprint]
     record = json.loads((run / "distill.json").read_text())
     assert record["precision"] == "int8" and record["fingerprint"] == fingerprint
+    assert f"(fingerprint `{fingerprint}`), labelling in int8" in (run / "best" / "README.md").read_text()
 
     texts = [json.loads(line)["text"] for line in (FIXTURES / "sentiment_train.jsonl").read_text().splitlines()[:6]]
     store = TargetStore(cache / fingerprint)

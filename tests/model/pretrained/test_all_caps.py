@@ -64,6 +64,8 @@ def test_the_table_is_the_training_texts_usual_forms_and_listed_in_the_manifest(
         assert table[key] == form
     assert table["officials"] == "officials" and table["netanyahu"] == "Netanyahu"
     assert TABLE_FILE in json.loads((best / MANIFEST_FILE).read_text())
+    card = (best / "README.md").read_text()
+    assert "all-caps lines (headlines) reach the tokenizer in each word's usual case" in card
 
 
 def test_a_headline_reaches_the_trunk_recased_and_leaves_with_its_own_words(best, tmp_path):
