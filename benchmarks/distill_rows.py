@@ -118,6 +118,14 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         [*SMALL, "distill.teacher_precision=int8"],
         "the small student, the whole transfer set labelled by the teacher in W8A8 int8",
     ),
+    **{
+        f"distill_small_int8teacher_seed{seed}": (
+            "ple.yaml",
+            [*SMALL, "distill.teacher_precision=int8", f"training.seed={seed}"],
+            f"distill_small_int8teacher at seed {seed}",
+        )
+        for seed in (1, 2)
+    },
     "distill_small_train_seed1": ("ple.yaml", [*SMALL, "training.seed=1"], "distill_small_train at seed 1"),
     "distill_small_train_lex_embed_seed1": (
         "ple.yaml",
