@@ -6,7 +6,9 @@ Calibration: the largest activation of every smoothed channel over ``calibration
 texts (spread over its sources), the trunk's cached blocks in float32 (inference/smoothquant.py). Check, before
 anything is written: the model's validation texts predicted in float32 and in W8A8 int8 through the same
 Predictor path; per task the share of texts whose tags (tagging) or label (classification) are identical. Under
-``min_tags`` / ``min_labels`` nothing is written and the numbers are the error. Otherwise the scales go to
+``min_tags`` / ``min_labels``, int8's close texts are predicted again in float32 (inference/refine.py): the smallest
+margin that reaches the bars is stored with the scales; where none does, nothing is written and the numbers are
+the error. Otherwise the scales go to
 RUN/best/smoothquant.safetensors (listed in the folder's manifest) with the agreement measured, and
 ``predict``/``evaluate --precision int8`` run every Linear of the cached blocks in int8 with them.
 """
@@ -24,6 +26,7 @@ import torch
 from mtl_decoder.config import CLASSIFICATION
 from mtl_decoder.errors import UserError
 from mtl_decoder.export_onnx import validation_texts
+from mtl_decoder.inference import refine
 from mtl_decoder.inference.options import InferenceOptions
 from mtl_decoder.inference.predictor import Predictor
 from mtl_decoder.inference.quantize import use_smoothing
@@ -54,9 +57,17 @@ class QuantizeResult:
 
     def report(self) -> str:
         same = ", ".join(f"{task} {share:.2%}" for task, share in self.agreement.items())
+        alone = ", ".join(f"{task} {share:.2%}" for task, share in self.record.get("int8_alone_agreement", {}).items())
+        margin = self.record.get("refine_margin", 0.0)
+        refined = (
+            f" with the {self.record['refined_share']:.1%} of texts whose int8 label is within {margin} of a tie "
+            f"predicted again in float32 (int8 alone: {alone}; --no-refine)"
+            if margin
+            else ""
+        )
         return (
             f"wrote {self.directory / SCALES_FILE}: --precision int8 (predict, evaluate) is W8A8 with these scales; "
-            f"identical to float32 on {self.texts} validation texts: {same}"
+            f"identical to float32 on {self.texts} validation texts: {same}{refined}"
         )
 
 
@@ -68,11 +79,16 @@ def quantize_model(
     min_tags: float = MIN_TAGS,
     min_labels: float = MIN_LABELS,
     cache_dir: str | Path | None = None,
+    refine_margin: float | None = None,
 ) -> QuantizeResult:
     """Make, check and store the SmoothQuant scales of a saved model's cached trunk blocks (see the module doc).
 
-    ``check_texts``: validation texts compared (0: all); ``cache_dir``: the state cache folder (default the model's)."""
+    ``check_texts``: validation texts compared (0: all); ``cache_dir``: the state cache folder (default the model's);
+    ``refine_margin``: the margin within which int8 classifications are predicted again in float32
+    (inference/refine.py; None: the smallest of refine.MARGINS that reaches the bars; 0: int8 alone)."""
     settings = settings or SmoothQuantSettings()
+    if refine_margin is not None and not 0.0 <= refine_margin <= 1.0:
+        raise UserError(f"quantize --refine-margin: must be in [0, 1], got {refine_margin}")
     start = time.perf_counter()
     saved = load_model(model_dir, device="cpu")
     states = saved.model.trunk_kind.cached_states()
@@ -85,20 +101,29 @@ def quantize_model(
     scales = smoothing_scales(states.base, amax, settings)
     texts = validation_texts(saved)
     texts = texts if check_texts <= 0 else _spread(texts, check_texts)
-    agreement = _agreement(saved, Path(model_dir), scales, settings, texts, cache_dir)
-    below = _below(saved, agreement, min_tags, min_labels)
+    exact, fast = _predictions(saved, Path(model_dir), scales, settings, texts, cache_dir)
+    bars = _bars(saved, min_tags, min_labels)
+    alone = refine.agreement(exact, fast, 0.0, bars)["agreement"]
+    chosen = refine.choose_margin(exact, fast, bars) if refine_margin is None else None
+    margin = refine_margin if chosen is None else chosen[0]
+    if margin is None:  # no margin tried reaches the bars: the largest one's shortfall is the error
+        margin = refine.MARGINS[-1]
+    measured = refine.agreement(exact, fast, margin, bars)
+    below = _below(saved, measured["agreement"], min_tags, min_labels)
     if below:
         raise UserError(
-            f"quantize {model_dir}: W8A8 int8 disagrees with float32 on its validation texts ({'; '.join(below)}); "
-            "nothing written: keep --precision fp32 (or int8 without scales), or try another --alpha"
+            f"quantize {model_dir}: W8A8 int8 disagrees with float32 on its validation texts even with the texts "
+            f"within {margin} of a tie predicted again in float32 ({'; '.join(below)}); nothing written: keep "
+            "--precision fp32 (or int8 without scales), or try another --alpha"
         )
-    record = {"calibration_texts": calibration_texts, "checked_texts": len(texts), "agreement": agreement,
+    record = {"calibration_texts": calibration_texts, "checked_texts": len(texts), "agreement": measured["agreement"],
+              "int8_alone_agreement": alone, "refine_margin": margin, "refined_share": measured["refined"],
               "min_tags": min_tags, "min_labels": min_labels, "seconds": round(time.perf_counter() - start, 1),
               "machine": platform.machine(), "torch": torch.__version__}  # fmt: skip
     path = Path(model_dir) / SCALES_FILE
     save_scales(path, scales, settings, record)
     add_to_manifest(model_dir, SCALES_FILE)
-    return QuantizeResult(Path(model_dir), agreement, len(texts), record)
+    return QuantizeResult(Path(model_dir), measured["agreement"], len(texts), record)
 
 
 def _spread(items: list, n: int) -> list:
@@ -131,31 +156,29 @@ def _calibration_batches(saved: SavedModel, n: int):
         yield ids, mask
 
 
-def _agreement(
+def _predictions(
     saved: SavedModel,
     model_dir: Path,
     scales: dict[str, torch.Tensor],
     settings: SmoothQuantSettings,
     texts: list,
     cache_dir: str | Path | None,
-) -> dict[str, float]:
-    """Per task: the share of ``texts`` whose tags / label W8A8 int8 predicts as float32 does."""
+) -> tuple[list, list]:
+    """``texts`` predicted in float32 and in W8A8 int8 (alone: no texts predicted again), through the same path."""
     runs = []
     for precision in ("fp32", "int8"):
         model = saved if precision == "fp32" else load_model(model_dir, device="cpu")
         if precision == "int8":
             use_smoothing(model.model, scales, settings)
-        options = InferenceOptions(precision=precision, workers=1, cache_dir=cache_dir)
+        options = InferenceOptions(precision=precision, workers=1, cache_dir=cache_dir, refine=False)
         runs.append(list(Predictor.from_saved(model, options).predict(texts)))
-    out = {}
-    for task in saved.model.task_names:
-        classify = saved.model.task(task).kind == CLASSIFICATION
-        same = [
-            (a.labels.get(task) == b.labels.get(task)) if classify else (a.tags.get(task) == b.tags.get(task))
-            for a, b in zip(runs[0], runs[1], strict=True)
-        ]
-        out[task] = round(sum(same) / len(same), 5)
-    return out
+    return runs[0], runs[1]
+
+
+def _bars(saved: SavedModel, min_tags: float, min_labels: float) -> dict[str, float]:
+    """Task -> the share of texts that must keep float32's label (classification) or tags (tagging)."""
+    kinds = {task: saved.model.task(task).kind for task in saved.model.task_names}
+    return {task: min_labels if kind == CLASSIFICATION else min_tags for task, kind in kinds.items()}
 
 
 def _below(saved: SavedModel, agreement: dict[str, float], min_tags: float, min_labels: float) -> list[str]:

@@ -9,6 +9,7 @@ from mtl_decoder.commands.flags import (
     add_max_tokens_flag,
     add_pack_tokens_flag,
     add_precision_flag,
+    add_refine_flag,
     add_state_cache_flags,
 )
 from mtl_decoder.files import terminate_unwinds
@@ -72,6 +73,7 @@ def add_evaluate(sub) -> None:
     add_precision_flag(p)
     add_max_tokens_flag(p)
     add_pack_tokens_flag(p)
+    add_refine_flag(p)
     add_engine_flag(p)
     add_state_cache_flags(p)
     p.set_defaults(func=run_evaluate)

@@ -48,6 +48,16 @@ def add_pack_tokens_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_refine_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-refine",
+        dest="refine",
+        action="store_false",
+        help="--precision int8 with a folder's W8A8 scales: skip the float32 pass over texts whose int8 label is "
+        "within the margin mtl-decoder quantize chose (int8 alone: faster, a little further from float32)",
+    )
+
+
 def add_state_cache_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cache-dir",

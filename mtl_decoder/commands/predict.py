@@ -10,6 +10,7 @@ from mtl_decoder.commands.flags import (
     add_max_tokens_flag,
     add_pack_tokens_flag,
     add_precision_flag,
+    add_refine_flag,
     add_state_cache_flags,
 )
 from mtl_decoder.errors import UserError
@@ -74,6 +75,7 @@ STREAM_IGNORES = {  # predict flag -> (its attribute, its default): what --strea
     "--cache-dir": ("cache_dir", None),
     "--max-tokens": ("max_tokens", None),
     "--pack-tokens": ("pack_tokens", None),
+    "--no-refine": ("refine", True),
     "--engine": ("engine", "torch"),
 }
 
@@ -111,6 +113,7 @@ def add_predict(sub) -> None:
     add_precision_flag(p)
     add_max_tokens_flag(p)
     add_pack_tokens_flag(p)
+    add_refine_flag(p)
     add_engine_flag(p)
     p.add_argument(
         "--workers",

@@ -79,6 +79,7 @@ def evaluate(
     train_data: Mapping[str, str | Path] | Iterable[str] | None = None,
     engine: str = "torch",
     pack_tokens: int | None = None,
+    refine: bool = True,
     *,
     options: InferenceOptions | None = None,
 ) -> EvalResult:
@@ -101,6 +102,7 @@ def evaluate(
     ``engine``: torch, or onnx (the folder's graph from export --format onnx, on ONNX Runtime).
     ``pack_tokens``: a pretrained trunk's texts packed into rows of at most this many ids (None: the default,
     packing.PACK_TOKENS; 0: padded batches); the metrics do not depend on it beyond float rounding.
+    ``refine``: int8 with a folder's W8A8 scales predicts its close texts again in float32 (inference/refine.py).
     ``options``: these settings as one mtl_decoder.inference.InferenceOptions instead of keywords (its batch_size
     None: the run's); its workers and gate table are not used by evaluate.
 
@@ -113,7 +115,8 @@ def evaluate(
         raise UserError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)}){did_you_mean(split, SPLITS)}")
     if options is None:
         given = dict(batch_size=batch_size, device=device, precision=precision, cache_states=cache_states,
-                     cache_dir=cache_dir, max_tokens=max_tokens, engine=engine, pack_tokens=pack_tokens)  # fmt: skip
+                     cache_dir=cache_dir, max_tokens=max_tokens, engine=engine, pack_tokens=pack_tokens,
+                     refine=refine)  # fmt: skip
         options = InferenceOptions(**given)
     options = options.checked(flags=True).on_device(processes.device)  # a launcher's process: its own device
     default = Path(model_dir) / f"eval-{split}"

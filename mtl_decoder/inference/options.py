@@ -44,6 +44,7 @@ FLAGS = {
     "max_tokens": "--max-tokens",
     "workers": "--workers",
     "pack_tokens": "--pack-tokens",
+    "refine": "--no-refine",
 }
 """A setting's name in the commands' errors (a function's errors name its keyword)."""
 
@@ -73,6 +74,9 @@ class InferenceOptions:
     """Where the model runs (None: the machine's accelerator, if any, else the CPU)."""
     engine: str = ENGINES[0]
     """A name of ENGINES: torch, or onnx (inference/onnx_engine.py)."""
+    refine: bool = True
+    """int8 with a folder's W8A8 scales: texts whose int8 classification is within the margin ``mtl-decoder
+    quantize`` chose are predicted again in float32 (inference/refine.py); False: int8 alone."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> InferenceOptions:

@@ -28,7 +28,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import torch
@@ -166,10 +166,12 @@ class Predictor:
             raise TypeError(f"from_saved: give options or keyword settings, not both ({', '.join(settings)})")
         from mtl_decoder.inference.onnx_engine import engine_forward
 
+        margin = 0.0
         if options.precision == "int8":
-            from mtl_decoder.inference.quantize import use_folder_smoothing
+            from mtl_decoder.inference.quantize import refine_margin, use_folder_smoothing
 
             use_folder_smoothing(saved)
+            margin = refine_margin(saved.model) if options.refine else 0.0
         forward = engine_forward(saved, options.engine, options.precision)
         predictor = cls(
             saved.model,
@@ -185,7 +187,7 @@ class Predictor:
         states = saved.model.trunk_kind.cached_states()
         if states is not None and options.pack_tokens is not None:
             states.pack_tokens = options.pack_tokens
-        return predictor
+        return predictor if margin <= 0 else _refining(predictor, saved, options, margin)
 
     @property
     def state_cache(self):
@@ -399,6 +401,16 @@ class Predictor:
                     if centrality > scores[piece.start + w]:
                         scores[piece.start + w] = centrality
                         tags[piece.start + w] = labels[tag_id]
+
+
+def _refining(fast: Predictor, saved: SavedModel, options: InferenceOptions, margin: float) -> Predictor:
+    """``fast`` (int8) with its close texts predicted again by a float32 copy of the same folder (refine.py)."""
+    from mtl_decoder.inference.loading import load_for_inference
+    from mtl_decoder.inference.refine import RefiningPredictor
+
+    exact_options = replace(options, precision="fp32", batch_size=fast.batch_size, device=fast.device)
+    exact = Predictor.from_saved(load_for_inference(saved.directory, exact_options), exact_options)
+    return RefiningPredictor(fast, exact, margin)  # type: ignore[return-value]  (a Predictor's interface)
 
 
 def _apply_precision(model: MTLDecoder, precision: str) -> str:

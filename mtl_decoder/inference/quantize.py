@@ -60,8 +60,19 @@ def use_folder_smoothing(saved: SavedModel) -> None:
     path = Path(saved.directory) / SCALES_FILE
     if SMOOTHING in saved.model.__dict__ or not path.is_file() or saved.model.trunk_kind.cached_states() is None:
         return
-    scales, settings, _ = load_scales(path)
+    scales, settings, record = load_scales(path)
     use_smoothing(saved.model, scales, settings)
+    saved.model.__dict__[REFINE_MARGIN] = float(record.get("refine_margin", 0.0))
+
+
+REFINE_MARGIN = "int8_refine_margin"
+"""Attribute of a model whose folder's W8A8 check chose a margin (inference/refine.py): its close texts are predicted
+again in float32."""
+
+
+def refine_margin(model: nn.Module) -> float:
+    """The margin within which ``model``'s int8 classifications are confirmed in float32 (0: none)."""
+    return float(model.__dict__.get(REFINE_MARGIN, 0.0))
 
 
 def is_int8(model: nn.Module) -> bool:

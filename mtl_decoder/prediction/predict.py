@@ -58,6 +58,7 @@ def predict_texts(
     max_tokens: int | None = None,
     engine: str = "torch",
     pack_tokens: int | None = None,
+    refine: bool = True,
     *,
     options: InferenceOptions | None = None,
 ) -> Iterator[dict[str, Any]]:
@@ -73,10 +74,11 @@ def predict_texts(
     ``max_tokens``: a batch's padded sub-words at most (None: the model's default, Predictor.default_max_tokens;
     0: rows only). int8 quantises a SavedModel given here in place. ``engine``: torch, or onnx (the folder's graph
     from export --format onnx, on ONNX Runtime). ``pack_tokens``: a pretrained trunk's texts packed into rows of at
-    most this many ids (None: packing.PACK_TOKENS; 0: padded batches)."""
+    most this many ids (None: packing.PACK_TOKENS; 0: padded batches). ``refine``: int8 with a folder's W8A8 scales
+    predicts the texts whose int8 label is close to a tie again in float32 (inference/refine.py; False: int8 alone)."""
     given = dict(batch_size=batch_size, device=device, precision=precision, workers=workers, gate_table=gate_table,
                  cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens, engine=engine,
-                 pack_tokens=pack_tokens)  # fmt: skip
+                 pack_tokens=pack_tokens, refine=refine)  # fmt: skip
     options = resolve_options(options, given).checked()
     prepared = prepare_model(model, options, tasks)
     return _predict_items(prepared.predictor, items, prepared.tasks)
@@ -132,6 +134,7 @@ def predict_file(
     max_tokens: int | None = None,
     engine: str = "torch",
     pack_tokens: int | None = None,
+    refine: bool = True,
     options: InferenceOptions | None = None,
 ) -> PredictSummary:
     """Predict on every record of ``input`` and write OUT (JSON lines, input order); see the module doc.
@@ -146,7 +149,7 @@ def predict_file(
     (see mtl_decoder.prediction.sharded)."""
     given = dict(batch_size=batch_size, device=device, precision=precision, workers=workers, gate_table=gate_table,
                  cache_states=cache_states, cache_dir=cache_dir, max_tokens=max_tokens, engine=engine,
-                 pack_tokens=pack_tokens)  # fmt: skip
+                 pack_tokens=pack_tokens, refine=refine)  # fmt: skip
     options = resolve_options(options, given)
     fields = dict(tasks=tasks, fmt=fmt, text_column=text_column, on_error=on_error, force=force)
     if shard is not None or launched():
