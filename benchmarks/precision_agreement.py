@@ -42,11 +42,19 @@ def load_items(data_root: Path) -> tuple[list[str | list[str]], list[list[str]],
     return items, [r["ner_tags"] for r in conll], [r["label"] for r in sst2]
 
 
+def precision_setting(name: str) -> tuple[str, bool]:
+    """(precision, refine) of a name of --precisions: int8 as ``--precision int8`` runs it, int8-alone with
+    ``--no-refine`` (no float32 pass over the texts close to a tie: inference/refine.py)."""
+    return ("int8", False) if name == "int8-alone" else (name, True)
+
+
 def timed_predictions(model_dir: str, items: list, precision: str, cache_dir: Path) -> tuple[list[dict], float]:
     saved = load_model(model_dir, "cpu")
-    list(predict_texts(saved, items[:200], precision=precision, cache_dir=cache_dir))  # warm-up (int8: quantise)
+    precision, refine = precision_setting(precision)
+    settings = dict(precision=precision, cache_dir=cache_dir, refine=refine)
+    list(predict_texts(saved, items[:200], **settings))  # warm-up (int8: quantise)
     start = time.perf_counter()
-    preds = list(predict_texts(saved, items, precision=precision, cache_dir=cache_dir))
+    preds = list(predict_texts(saved, items, **settings))
     return preds, len(items) / (time.perf_counter() - start)
 
 
@@ -96,7 +104,7 @@ def state_agreement(model_dir: str, items: list, precision: str, count: int = 20
         saved = load_model(model_dir, "cpu")
         if not hasattr(saved.model, "states"):
             return []
-        Predictor.from_saved(saved, precision=p)  # int8: quantises the trunk
+        Predictor.from_saved(saved, precision=precision_setting(p)[0], refine=False)  # int8: quantises the trunk
         out = []
         for e in saved.encoder.encode_batch(items[:count]):
             ids = torch.tensor([e.ids])
@@ -150,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=str(REPO / "benchmarks" / "runs" / "ple" / "best"))
-    parser.add_argument("--precisions", default="bf16", help="compared with fp32 (comma list: bf16, int8)")
+    parser.add_argument("--precisions", default="bf16", help="compared with fp32 (comma list: bf16, int8, int8-alone)")
     parser.add_argument("--data-root", default=str(default_data_root()))
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args(argv)

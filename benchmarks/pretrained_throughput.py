@@ -125,7 +125,8 @@ def runner(saved, items: list[list[str]], precision: str, cache_dir: Path):
     def run() -> int:
         torch.set_num_threads(1)
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-        preds = predict_texts(saved, items, precision=precision, workers=1, cache_dir=cache_dir)
+        setting = ("int8", False) if precision == "int8-alone" else (precision, True)  # --no-refine
+        preds = predict_texts(saved, items, precision=setting[0], refine=setting[1], workers=1, cache_dir=cache_dir)
         return sum(next(len(v["tags"]) for v in p.values() if "tags" in v) for p in preds)
 
     return run
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", action="append", help="a trained frozen-trunk model folder (repeatable)")
     parser.add_argument("--blocks", default="4,8,16", help="SmolLM2 blocks of the untrained configurations ('' none)")
-    parser.add_argument("--precisions", default="fp32,int8")
+    parser.add_argument("--precisions", default="fp32,int8", help="comma list of fp32, bf16, int8, int8-alone")
     parser.add_argument("--sentences", type=int, default=500, help="CoNLL-2003 test sentences")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per configuration")
     parser.add_argument("--data-root", default=str(default_data_root()))

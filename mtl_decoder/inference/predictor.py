@@ -409,8 +409,16 @@ def _refining(fast: Predictor, saved: SavedModel, options: InferenceOptions, mar
     from mtl_decoder.inference.refine import RefiningPredictor
 
     exact_options = replace(options, precision="fp32", batch_size=fast.batch_size, device=fast.device)
-    exact = Predictor.from_saved(load_for_inference(saved.directory, exact_options), exact_options)
+    copy = getattr(saved, FLOAT_COPY, None)  # loaded once per SavedModel: predict_texts may be called again on it
+    if copy is None:
+        copy = load_for_inference(saved.directory, exact_options)
+        object.__setattr__(saved, FLOAT_COPY, copy)
+    exact = Predictor.from_saved(copy, exact_options)
     return RefiningPredictor(fast, exact, margin)  # type: ignore[return-value]  (a Predictor's interface)
+
+
+FLOAT_COPY = "_refine_float_copy"
+"""Attribute of an int8 SavedModel: the float32 copy of its folder that confirms its close texts."""
 
 
 def _apply_precision(model: MTLDecoder, precision: str) -> str:
