@@ -126,6 +126,12 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         )
         for seed in (1, 2)
     },
+    # issue 35 item 1 with the best validation model: the bidirectional hybrid (issue 37) labels in W8A8 int8
+    "distill_small_hybridteacher": (
+        "ple.yaml",
+        [*SMALL, "distill.teacher_precision=int8"],
+        "the small student, the whole transfer set labelled by the bidirectional hybrid in W8A8 int8",
+    ),
     "distill_small_train_seed1": ("ple.yaml", [*SMALL, "training.seed=1"], "distill_small_train at seed 1"),
     "distill_small_train_lex_embed_seed1": (
         "ple.yaml",
@@ -139,7 +145,13 @@ TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train", "distill_small_train", "distil
 """Rows whose transfer set is the training texts alone (no --unlabelled)."""
 
 
-def teacher_folder(flag: str | None) -> Path:
+ROW_TEACHERS = {"distill_small_hybridteacher": REPO / "benchmarks" / "runs" / "smollm2_hybrid2_on16_bidir_ple" / "best"}
+"""Rows taught by their own teacher (the others by --teacher, $MTL_DECODER_TEACHER or the 16-block model)."""
+
+
+def teacher_folder(flag: str | None, row: str | None = None) -> Path:
+    if row in ROW_TEACHERS:
+        return ROW_TEACHERS[row]
     return Path(flag or os.environ.get(TEACHER_ENV) or DEFAULT_TEACHER)
 
 

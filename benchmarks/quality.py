@@ -101,7 +101,8 @@ def train_one(name: str, args: argparse.Namespace, carved: tuple[Path, Path] | N
     ]
     cmd = [sys.executable, "-m", "mtl_decoder", "train", "--config", str(config), "--output-dir", str(run_dir)]
     if name in DISTILL_MODELS:
-        distilled = distill_command(name, config, run_dir, args.teacher, args.data_root)
+        teacher = teacher_folder(args.teacher_flag, name)  # a row may name its own teacher (ROW_TEACHERS)
+        distilled = distill_command(name, config, run_dir, teacher, args.data_root)
         cmd = [sys.executable, "-m", "mtl_decoder", *distilled]
     resume = (run_dir / "checkpoints").is_dir() and not (run_dir / "summary.json").is_file()
     if (run_dir / "config.yaml").is_file() and not resume:
@@ -170,7 +171,7 @@ def main() -> None:
     parser.add_argument("--teacher", help="distill_* rows: the teacher folder (default: $MTL_DECODER_TEACHER, else "
                         "benchmarks/runs/smollm2_frozen_ple/best)")  # fmt: skip
     args = parser.parse_args()
-    args.teacher = teacher_folder(args.teacher)
+    args.teacher_flag, args.teacher = args.teacher, teacher_folder(args.teacher)
     results = json.loads(args.results.read_text()) if args.results.is_file() else {"runs": {}}
     if not args.table:
         args.runs_dir.mkdir(parents=True, exist_ok=True)
