@@ -133,8 +133,10 @@ def compare(model_dir: str, precisions: list[str], data_root: Path) -> dict:
         fp32, fp32_speed = timed_predictions(model_dir, items, "fp32", Path(cache_dir))
         reference = test_metrics(fp32, tasks, gold_tags, gold_labels)
         result["fp32"] = {"test": reference, "sentences_per_s": round(fp32_speed, 1)}
+        runs: dict[str, list[dict]] = {}
         for precision in precisions:
             preds, speed = timed_predictions(model_dir, items, precision, Path(cache_dir))
+            runs[precision] = preds
             metrics = test_metrics(preds, tasks, gold_tags, gold_labels)
             difference = {
                 task: {k: round(v - reference[task][k], 5) for k, v in values.items()}
@@ -146,10 +148,29 @@ def compare(model_dir: str, precisions: list[str], data_root: Path) -> dict:
                 "test_minus_fp32": difference,
                 "sentences_per_s": round(speed, 1),
                 "speed_over_fp32": round(speed / fp32_speed, 3),
-                "trunk_states": state_agreement(model_dir, items, precision),
+                "trunk_states": None if precision == "int8-alone" else state_agreement(model_dir, items, precision),
             }
+    if "int8" in result and "int8-alone" in runs:
+        result["int8"]["refined"] = refined_shares(model_dir, runs["int8-alone"], tasks, len(gold_tags))
     result["torch_threads"] = torch.get_num_threads()
     return result
+
+
+def refined_shares(model_dir: str, alone: list[dict], tasks: dict[str, str], conll: int) -> dict:
+    """The margin the folder's quantize chose and the share of CoNLL and SST-2 texts int8 predicts again in float32
+    under it: those whose int8-alone classification has its top two probabilities within the margin."""
+    from mtl_decoder.inference.smoothquant import SCALES_FILE, load_scales
+
+    margin = load_scales(Path(model_dir) / SCALES_FILE)[2].get("refine_margin", 0.0)
+    classify = [t for t, kind in tasks.items() if kind != TAGGING]
+
+    def close(p: dict) -> bool:
+        gaps = [sorted(p[t]["probs"].values(), reverse=True) for t in classify]
+        return any(g[0] - g[1] < margin for g in gaps)
+
+    flags = [close(p) for p in alone]
+    return {"margin": margin, "conll2003_test": round(sum(flags[:conll]) / conll, 4),
+            "sst2_test": round(sum(flags[conll:]) / (len(flags) - conll), 4)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
