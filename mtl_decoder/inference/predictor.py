@@ -28,7 +28,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
@@ -187,7 +187,11 @@ class Predictor:
         states = saved.model.trunk_kind.cached_states()
         if states is not None and options.pack_tokens is not None:
             states.pack_tokens = options.pack_tokens
-        return predictor if margin <= 0 else _refining(predictor, saved, options, margin)
+        if margin <= 0:
+            return predictor
+        from mtl_decoder.inference.refine import refining
+
+        return refining(predictor, saved, options, margin)  # type: ignore[return-value]  (a Predictor's interface)
 
     @property
     def state_cache(self):
@@ -401,24 +405,6 @@ class Predictor:
                     if centrality > scores[piece.start + w]:
                         scores[piece.start + w] = centrality
                         tags[piece.start + w] = labels[tag_id]
-
-
-def _refining(fast: Predictor, saved: SavedModel, options: InferenceOptions, margin: float) -> Predictor:
-    """``fast`` (int8) with its close texts predicted again by a float32 copy of the same folder (refine.py)."""
-    from mtl_decoder.inference.loading import load_for_inference
-    from mtl_decoder.inference.refine import RefiningPredictor
-
-    exact_options = replace(options, precision="fp32", batch_size=fast.batch_size, device=fast.device)
-    copy = getattr(saved, FLOAT_COPY, None)  # loaded once per SavedModel: predict_texts may be called again on it
-    if copy is None:
-        copy = load_for_inference(saved.directory, exact_options)
-        object.__setattr__(saved, FLOAT_COPY, copy)
-    exact = Predictor.from_saved(copy, exact_options)
-    return RefiningPredictor(fast, exact, margin)  # type: ignore[return-value]  (a Predictor's interface)
-
-
-FLOAT_COPY = "_refine_float_copy"
-"""Attribute of an int8 SavedModel: the float32 copy of its folder that confirms its close texts."""
 
 
 def _apply_precision(model: MTLDecoder, precision: str) -> str:

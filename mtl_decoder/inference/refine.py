@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from mtl_decoder.inference.options import InferenceOptions
     from mtl_decoder.inference.predictor import Prediction, Predictor
+    from mtl_decoder.saved import SavedModel
 
 MARGINS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
 """The margins ``choose_margin`` tries, smallest first (0: int8 alone)."""
@@ -117,3 +120,21 @@ class RefiningPredictor:
         self.refined += len(close)
         self.predicted += len(chunk)
         return preds
+
+
+FLOAT_COPY = "_refine_float_copy"
+"""Attribute of an int8 SavedModel: the float32 copy of its folder that confirms its close texts."""
+
+
+def refining(fast: Predictor, saved: SavedModel, options: InferenceOptions, margin: float) -> RefiningPredictor:
+    """``fast`` (int8, from ``saved``) with its close texts predicted again by a float32 copy of the same folder,
+    loaded once per SavedModel (predict_texts may be called on it again) with the same options."""
+    from mtl_decoder.inference.loading import load_for_inference
+    from mtl_decoder.inference.predictor import Predictor
+
+    exact_options = replace(options, precision="fp32", batch_size=fast.batch_size, device=fast.device)
+    copy = getattr(saved, FLOAT_COPY, None)
+    if copy is None:
+        copy = load_for_inference(saved.directory, exact_options)
+        object.__setattr__(saved, FLOAT_COPY, copy)
+    return RefiningPredictor(fast, Predictor.from_saved(copy, exact_options), margin)
