@@ -132,6 +132,14 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         [*SMALL, "distill.teacher_precision=int8"],
         "the small student, the whole transfer set labelled by the bidirectional hybrid in W8A8 int8",
     ),
+    **{
+        f"distill_small_hybridteacher_seed{seed}": (
+            "ple.yaml",
+            [*SMALL, "distill.teacher_precision=int8", f"training.seed={seed}"],
+            f"distill_small_hybridteacher at seed {seed}",
+        )
+        for seed in (1, 2)
+    },
     "distill_small_train_seed1": ("ple.yaml", [*SMALL, "training.seed=1"], "distill_small_train at seed 1"),
     "distill_small_train_lex_embed_seed1": (
         "ple.yaml",
@@ -145,7 +153,9 @@ TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train", "distill_small_train", "distil
 """Rows whose transfer set is the training texts alone (no --unlabelled)."""
 
 
-ROW_TEACHERS = {"distill_small_hybridteacher": REPO / "benchmarks" / "runs" / "smollm2_hybrid2_on16_bidir_ple" / "best"}
+BIDIR_HYBRID = REPO / "benchmarks" / "runs" / "smollm2_hybrid2_on16_bidir_ple" / "best"
+ROW_TEACHERS = {name: BIDIR_HYBRID for name in ("distill_small_hybridteacher", "distill_small_hybridteacher_seed1",
+                                                "distill_small_hybridteacher_seed2")}  # fmt: skip
 """Rows taught by their own teacher (the others by --teacher, $MTL_DECODER_TEACHER or the 16-block model)."""
 
 
