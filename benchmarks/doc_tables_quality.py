@@ -196,11 +196,12 @@ PRETRAINED_TOP_SEMEVAL = [
     "smollm2_semeval_hybrid2_on16_seed1_ple",
     "smollm2_semeval_hybrid2_on16_seed2_ple",
     "smollm2_semeval_hybrid4_on16_ple",
+    "smollm2_semeval_hybrid2_on16_bidir_ple",
     "smollm2_semeval_hybrid2_on16_single_aspect",
     "smollm2_semeval_hybrid2_on16_single_polarity",
 ]
-"""On block 16's states on SemEval-2014: frozen, two top blocks trained (three seeds) or four, the hybrid's
-single-task pair."""
+"""On block 16's states on SemEval-2014: frozen, two top blocks trained (three seeds) or four, the two with the
+causal mask lifted, the hybrid's single-task pair."""
 PRETRAINED_ABLATIONS = [
     "smollm2_conll_first_causal",
     "smollm2_conll_last_causal",
