@@ -35,6 +35,7 @@ def summary_table() -> Table:
             cpu(hybrid["cpu"]),
         ],
         w8a8_row(),
+        hybrid_bidir_w8a8_row(),
         [
             f"`ple` on the frozen SmolLM2-135M trunk, {best['blocks']} blocks, `--precision {best['precision']}`",
             fmt(best["conll2003_test_f1"]),
@@ -265,6 +266,21 @@ def peers_table() -> Table:
 
 def semeval_names(prefix: str) -> list[str]:
     return [f"{prefix}semeval_ple", f"{prefix}semeval_single_aspect", f"{prefix}semeval_single_polarity"]
+
+
+def hybrid_bidir_w8a8_row() -> list[str]:
+    """The hybrid with its trained blocks bidirectional, W8A8 after quantize (its top blocks float32): its own
+    pretrained_throughput.py and precision_agreement.py runs."""
+    speed = lookup("pretrained_throughput_hybrid_bidir.json", "entries[name=smollm2_hybrid2_on16_bidir_ple/best int8]")
+    quality = "precision_agreement_hybrid_bidir_w8a8.json"
+    return [
+        "`ple` on SmolLM2-135M, 16 blocks cached (W8A8 `--precision int8`) and 2 more trained with the causal mask "
+        "lifted (`model.trunk.top_attention=bidirectional`)",
+        fmt(lookup(quality, "int8.test.conll2003.conll2003_test_f1")),
+        fmt(lookup(quality, "int8.test.sst2.sst2_test_accuracy")),
+        fmt(speed["words_per_cpu_s"], 0),
+        cpu(speed["cpu"]),
+    ]
 
 
 def w8a8_row() -> list[str]:
