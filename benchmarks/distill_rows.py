@@ -140,6 +140,19 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         )
         for seed in (1, 2)
     },
+    # issue 35 item 2 on the whole transfer set, each lever alone beside distill_small_int8teacher (same teacher,
+    # targets and seed): the teacher's word states as a second target (TinyBERT's intermediate-layer loss), and the
+    # teacher's token embeddings as the student's table
+    "distill_small_states": (
+        "ple.yaml",
+        [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0"],
+        "distill_small_int8teacher with the teacher's word states as a second target (weight 1, PCA to 128)",
+    ),
+    "distill_small_int8teacher_lex_embed": (
+        "ple.yaml",
+        [*SMALL, *LEX_EMBED, "distill.teacher_precision=int8"],
+        "distill_small_int8teacher, its tokenizer and table the teacher's (token embeddings, PCA to 128)",
+    ),
     "distill_small_train_seed1": ("ple.yaml", [*SMALL, "training.seed=1"], "distill_small_train at seed 1"),
     "distill_small_train_lex_embed_seed1": (
         "ple.yaml",
@@ -192,6 +205,7 @@ def distill_facts(run_dir: Path) -> dict:
         "unlabelled": facts["unlabelled"],
         "targets_computed": targets["computed"],
         "teacher_minutes": targets.get("seconds", 0.0) / 60,
+        **({"states": facts["states"]} if "states" in facts else {}),
         **lexicon_facts(run_dir),
     }
 

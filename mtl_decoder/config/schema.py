@@ -217,10 +217,16 @@ class DistillConfig:
     """Read at most this many texts from each unlabelled file (None: all)."""
     cache_dir: str | None = None
     """Where teacher targets are kept (default: $MTL_DECODER_CACHE/targets, else ~/.cache/mtl-decoder/targets)."""
+    state_weight: float = 0.0
+    """> 0: each tagging task's loss gains this weight times the mean squared difference between the student's
+    state of each word and the teacher's, projected to the student's width (TinyBERT's intermediate-layer loss;
+    distill/states.py); the teacher's word states are cached beside its targets. 0: off."""
 
     def __post_init__(self) -> None:
         check_choice("teacher_precision", self.teacher_precision, ("fp32", "int8"))
         check_positive("temperature", self.temperature)
+        if not self.state_weight >= 0:
+            raise ConfigError("state_weight", f"must be 0 (off) or positive, got {self.state_weight}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ConfigError("alpha", f"must lie in [0, 1], got {self.alpha}")
         if self.unlabelled_limit is not None:

@@ -21,6 +21,7 @@ from mtl_decoder.data.batching import Collator, EncodedExample
 from mtl_decoder.data.formats import BadRecord
 from mtl_decoder.data.inputs import InputReader
 from mtl_decoder.data.tokenization import TextEncoder
+from mtl_decoder.distill.states import state_part
 from mtl_decoder.distill.targets import SPANS, Item, align
 from mtl_decoder.errors import DataError, UserError
 from mtl_decoder.paths import path_problem
@@ -30,7 +31,8 @@ from mtl_decoder.paths import path_problem
 class DistilledExample(EncodedExample):
     targets: dict[str, torch.Tensor] = field(default_factory=dict)
     """Task -> the teacher's (W, L) tag distribution of each of the student's kept words (a zero row: no target,
-    past what the teacher read) or (L,) class probabilities."""
+    past what the teacher read) or (L,) class probabilities; ``state_part(task)`` -> the teacher's (W, d) projected
+    state of each word (distill.state_weight)."""
 
 
 def read_unlabelled(paths: list[str], limit: int | None) -> list[tuple[str, list[Item]]]:
@@ -96,6 +98,9 @@ def attach_targets(
         # a raw text: each student word takes the teacher word it starts in; a word list: the same words
         index = align(found[SPANS], spans[i][:kept]) if i in spans and SPANS in found else list(range(kept))
         targets = {task: _on_words(found[task], index) if kinds[task] == TAGGING else found[task] for task in kinds}
+        for task in kinds:  # the teacher's word states (distill.state_weight), on the same words as its tags
+            if state_part(task) in found:
+                targets[state_part(task)] = _on_words(found[state_part(task)], index)
         out.append(
             DistilledExample(ex.ids, ex.word_index, ex.words, ex.labels, ex.truncated_words, ex.alignment, targets)
         )
@@ -121,7 +126,8 @@ class DistillCollator:
     """The trainer's collator plus the teacher targets.
 
     The trainer's collator, plus ``targets``: task -> (probabilities, mask): tagging (B, W, L), (B, W);
-    classification (B, L), (B,)."""
+    classification (B, L), (B,); and where the examples carry the teacher's word states, ``state_part(task)`` ->
+    (states (B, W, d), the task's mask)."""
 
     def __init__(self, base: Collator, kinds: dict[str, str], label_counts: dict[str, int]):
         self.base, self.kinds, self.label_counts = base, kinds, label_counts
@@ -147,5 +153,13 @@ class DistillCollator:
                     if r is not None:
                         probs[b] = r.float()
             targets[task] = (probs, mask)
+            states = [ex.targets.get(state_part(task)) for ex in examples]
+            if kind == TAGGING and any(r is not None for r in states):
+                width = next(r.shape[1] for r in states if r is not None)
+                padded = torch.zeros(B, probs.shape[1], width)
+                for b, r in enumerate(states):
+                    if r is not None and r.shape[0]:
+                        padded[b, : r.shape[0]] = r.float()
+                targets[state_part(task)] = (padded, mask)
         batch["targets"] = targets
         return batch

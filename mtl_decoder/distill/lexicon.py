@@ -198,15 +198,23 @@ def build_lexicon(
 def pca(rows: torch.Tensor, width: int) -> tuple[torch.Tensor, float]:
     """Centred PCA of float64 ``rows`` (V, W) onto their top ``width`` principal directions.
 
-    The (V, width) coordinates and the share of the rows' variance those directions explain. The directions are
-    the right singular vectors of the centred rows (torch.linalg.svd), each flipped so that its entry of largest
-    magnitude is positive (scikit-learn's convention), so the same rows give the same table."""
-    centred = rows - rows.mean(0, keepdim=True)
-    _, singular, directions = torch.linalg.svd(centred, full_matrices=False)
+    The (V, width) coordinates and the share of the rows' variance those directions explain (``principal_axes``)."""
+    mean, directions, explained = principal_axes(rows, width)
+    return (rows - mean) @ directions.T, explained
+
+
+def principal_axes(rows: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The mean (W,) of float64 ``rows`` (V, W), their top ``width`` principal directions (width, W) and the share
+    of the variance those explain.
+
+    The directions are the right singular vectors of the centred rows (torch.linalg.svd), each flipped so that its
+    entry of largest magnitude is positive (scikit-learn's convention), so the same rows give the same axes."""
+    mean = rows.mean(0, keepdim=True)
+    _, singular, directions = torch.linalg.svd(rows - mean, full_matrices=False)
     directions = directions[:width]
     signs = torch.sign(directions.gather(1, directions.abs().argmax(1, keepdim=True)))
     variance = singular.square()
-    return centred @ (directions * signs).T, float(variance[:width].sum() / variance.sum())
+    return mean.squeeze(0), directions * signs, float(variance[:width].sum() / variance.sum())
 
 
 def root_mean_square(table: torch.Tensor) -> float:

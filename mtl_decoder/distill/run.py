@@ -32,6 +32,7 @@ from mtl_decoder.data.batching import MultiTaskDataset
 from mtl_decoder.distill.data import DistillCollator, attach_targets, encode_items, read_unlabelled
 from mtl_decoder.distill.lexicon import LEXICON_FILE, LEXICON_TABLE, build_lexicon, resolve_lexicon
 from mtl_decoder.distill.loss import DistillLossSpec, classification_divergence, mix, tagging_divergence
+from mtl_decoder.distill.states import STATE_PART, STATES_SUFFIX, check_states, fit_projection, state_loss, state_part
 from mtl_decoder.distill.targets import Item, TargetStore, TeacherLabeller, default_cache_root, teacher_fingerprint
 from mtl_decoder.distill.targets import text_key as key_of
 from mtl_decoder.errors import UserError
@@ -172,6 +173,12 @@ class DistillTrainer(Trainer):
         d = self.cfg.distill
         self.spec = DistillLossSpec(d.temperature, d.alpha, d.soft)
         self.kinds = {name: t.kind for name, t in self.cfg.tasks.items()}
+        self.state_weight = d.state_weight
+        if self.state_weight > 0 and TAGGING not in self.kinds.values():
+            raise UserError(
+                "distill.state_weight: the student has no tagging task, and the teacher's states are per word: "
+                "leave it at 0"
+            )
         self.unlabelled = read_unlabelled(d.unlabelled, d.unlabelled_limit)  # a bad record stops it before any work
         self.targets_line = self.lexicon_line = ""
         self.resumed = False
@@ -193,6 +200,8 @@ class DistillTrainer(Trainer):
         with acc.main_process_first(), torch.random.fork_rng(devices=[]):
             shapes = {t: (1 if k == CLASSIFICATION else 2, len(data.label_sets[t])) for t, k in self.kinds.items()}
             found, counts = self._teacher_targets(items, shapes, progress=acc.is_main_process)
+        if self.state_weight > 0:
+            found = self._project_states(found)
         encoded = data.dataset.examples + encode_items(extra_items, data.encoder)
         examples = attach_targets(encoded, items, found, data.encoder, self.kinds, columns)
         sizes = data.dataset.source_sizes + [len(texts) for _, texts in self.unlabelled]
@@ -213,6 +222,8 @@ class DistillTrainer(Trainer):
             "soft": d.soft,
             "unlabelled": {path: len(texts) for path, texts in self.unlabelled},
         }
+        if self.state_weight > 0:
+            teacher["states"] = {"weight": self.state_weight, **self.projection.record()}
         self.card_info = {"teacher": teacher}
         if acc.is_main_process:
             atomic_write_json(self.run.path / DISTILL_FILE, {**teacher, "targets": counts})
@@ -265,39 +276,58 @@ class DistillTrainer(Trainer):
         self, items: list[Item], shapes: dict[str, tuple[int, int]], progress: bool
     ) -> tuple[list[dict], dict[str, Any]]:
         """Every item's targets, from the cache or (loading the teacher only then) computed and cached; ``shapes``:
-        task -> (dimensions, labels) of its targets, checked in every shard read."""
+        task -> (dimensions, labels) of its targets, checked in every shard read. With distill.state_weight, each
+        entry also holds the teacher's word states (their own store beside the targets')."""
         d = self.cfg.distill
         root = Path(d.cache_dir).expanduser() if d.cache_dir else default_cache_root()
-        store = TargetStore(root / d.teacher_hash, shapes=shapes)
+        stores = [TargetStore(root / d.teacher_hash, shapes=shapes)]
+        if self.state_weight > 0:
+            stores.append(TargetStore(root / f"{d.teacher_hash}{STATES_SUFFIX}", check=check_states))
         keys = [key_of(item) for item in items]
-        store.load(keys)  # every shard these texts need, checked: a damaged one's texts are labelled again
-        todo, seen = [], set()  # the first occurrence of each text not in the cache
+        for store in stores:
+            store.load(keys)  # every shard these texts need, checked: a damaged one's texts are labelled again
+        todo, seen = [], set()  # the first occurrence of each text missing from a store
         for i, k in enumerate(keys):
-            if k not in store and k not in seen:
+            if k not in seen and not all(k in store for store in stores):
                 seen.add(k)
                 todo.append(i)
-        cached = sum(k in store for k in keys)
+        cached = sum(all(k in store for store in stores) for k in keys)
         counts = {"texts": len(items), "computed": len(todo), "from_cache": cached, "teacher_forwards": 0}
         counts["repeated"] = len(items) - len(todo) - cached  # the same text again: labelled once
         if todo:
-            store.disk.check_writable("distill.cache_dir" if d.cache_dir else "the target cache")
+            for store in stores:
+                store.disk.check_writable("distill.cache_dir" if d.cache_dir else "the target cache")
             saved = load_model(d.teacher, device=self.accelerator.device)
             if d.teacher_precision == "int8":
                 quantize_teacher(saved)
             saved.for_inference()  # the teacher reads its trunk's states but never fills the disk or memory with them
-            labeller = TeacherLabeller(saved, saved.config.data.eval_batch_size)
+            labeller = TeacherLabeller(saved, saved.config.data.eval_batch_size, states=len(stores) > 1)
             started = time.perf_counter()
             bar = tqdm(total=len(todo), desc="teacher targets", disable=not (progress and self.cfg.training.progress))
             for start in range(0, len(todo), LABEL_BATCHES):
                 part = todo[start : start + LABEL_BATCHES]
                 for i, targets in zip(part, labeller.label([items[i] for i in part], bar.update), strict=True):
-                    store.put(keys[i], targets)
-                store.flush()
+                    states = {name: t for name, t in targets.items() if name.endswith(STATE_PART)}
+                    if keys[i] not in stores[0]:
+                        stores[0].put(keys[i], {n: t for n, t in targets.items() if n not in states})
+                    if len(stores) > 1:
+                        stores[1].put(keys[i], states)
+                for store in stores:
+                    store.flush()
             bar.close()
             counts["teacher_forwards"] = labeller.forwards
             counts["seconds"] = round(time.perf_counter() - started, 1)
             del saved, labeller
-        return [store.get(k) for k in keys], counts
+        return [{k: v for store in stores for k, v in store.get(key).items()} for key in keys], counts
+
+    def _project_states(self, found: list[dict]) -> list[dict]:
+        """Each entry's teacher word states on the projection to the student's width (fitted here, once, on the
+        first FIT_WORDS states in the run's text order: the same texts give the same projection on resume)."""
+        parts = [state_part(t) for t, k in self.kinds.items() if k == TAGGING]
+        self.projection = fit_projection(
+            [entry[p] for entry in found for p in parts if p in entry], self.cfg.model.d_model
+        )
+        return [{n: self.projection(t) if n in parts else t for n, t in entry.items()} for entry in found]
 
     def _collator(self):
         counts = {name: len(labels) for name, labels in self.data.label_sets.items()}
@@ -314,8 +344,10 @@ class DistillTrainer(Trainer):
     def _losses(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Per task: alpha * the divergence from the teacher + (1 - alpha) * the gold loss (where gold exists)."""
         targets = batch.pop("targets")
-        routes = {task: mask.any(1) if mask.dim() == 2 else mask for task, (_, mask) in targets.items()}
-        out = self.model(**batch, tasks=list(self.kinds), route_examples=routes)
+        routes = {
+            task: mask.any(1) if mask.dim() == 2 else mask for task, (_, mask) in targets.items() if task in self.kinds
+        }
+        out = self.model(**batch, tasks=list(self.kinds), route_examples=routes, keep_hidden=self.state_weight > 0)
         losses = {}
         for task, kind in self.kinds.items():
             if task not in out.logits:
@@ -328,6 +360,12 @@ class DistillTrainer(Trainer):
             else:
                 kd = classification_divergence(out.logits[task], probs[rows], mask[rows], self.spec)
             loss = mix(kd, out.losses.get(task), self.spec.alpha)
+            if kind == TAGGING and state_part(task) in targets:
+                states, has = targets[state_part(task)]
+                hidden = word_level(out.hidden[task], batch["word_read"][rows])[0]  # (n, W, d)
+                regression = state_loss(hidden, words, states[rows], has[rows])
+                if regression is not None:
+                    loss = self.state_weight * regression if loss is None else loss + self.state_weight * regression
             if loss is not None:
                 losses[task] = loss
         return losses

@@ -22,6 +22,7 @@ import torch
 
 from mtl_decoder.config import CLASSIFICATION
 from mtl_decoder.data.batching import EncodedExample, collator_for
+from mtl_decoder.distill.states import state_part
 from mtl_decoder.hashing import cache_root, files_fingerprint, short_digest
 from mtl_decoder.model.heads import word_level
 from mtl_decoder.saved import SavedModel
@@ -95,13 +96,20 @@ class TargetStore:
 
     Text key -> {task or SPANS: tensor}, in memory and in a folder of safetensors shards (``ShardedStore``,
     every shard checked with ``check_targets`` when read). ``shapes``: task -> (dimensions, labels) of the
-    targets read (1: a class, 2: tags), checked in every shard."""
+    targets read (1: a class, 2: tags), checked in every shard; ``check``: another check instead (the teacher's
+    word states, ``states.check_states``)."""
 
-    def __init__(self, directory: Path, flush_every: int = 4096, shapes: dict[str, tuple[int, int]] | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        flush_every: int = 4096,
+        shapes: dict[str, tuple[int, int]] | None = None,
+        check: Callable[[dict[str, torch.Tensor]], str | None] | None = None,
+    ):
         self.directory, self.flush_every = directory, flush_every
         self.memory: dict[str, dict[str, torch.Tensor]] = {}
         self.pending: dict[str, dict[str, torch.Tensor]] = {}
-        self.disk = ShardedStore(directory, lambda tensors: check_targets(tensors, shapes))
+        self.disk = ShardedStore(directory, check or (lambda tensors: check_targets(tensors, shapes)))
 
     def rescan(self) -> None:
         """Index the shards on disk (other runs or processes may have written some since)."""
@@ -147,10 +155,13 @@ class TargetStore:
 
 
 class TeacherLabeller:
-    """Runs a saved teacher over texts and gives each text's targets; ``forwards`` counts its batches."""
+    """Runs a saved teacher over texts and gives each text's targets; ``forwards`` counts its batches.
 
-    def __init__(self, saved: SavedModel, batch_size: int):
-        self.saved, self.batch_size = saved, batch_size
+    ``states``: each tagging task's targets come with its word states (``states.state_part``: the (W, D) state its
+    head reads at each word)."""
+
+    def __init__(self, saved: SavedModel, batch_size: int, states: bool = False):
+        self.saved, self.batch_size, self.states = saved, batch_size, states
         self.model = saved.model
         self.tasks = self.model.task_names
         self.collate = collator_for(saved.config.model, saved.encoder.pad_id, {})
@@ -176,7 +187,7 @@ class TeacherLabeller:
     def _run(self, encoded: list) -> list[dict[str, torch.Tensor]]:
         batch = self.collate([EncodedExample.unlabelled(e) for e in encoded])
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        out = self.model(**batch, tasks=self.tasks)
+        out = self.model(**batch, tasks=self.tasks, keep_hidden=self.states)
         self.forwards += 1
         targets: list[dict[str, torch.Tensor]] = [{} for _ in encoded]
         for task in self.tasks:
@@ -186,9 +197,14 @@ class TeacherLabeller:
                 for r, p in zip(rows, probs, strict=True):
                     targets[r][task] = p.to("cpu", STORE_DTYPE)
                 continue
-            probs, mask = self.word_distributions(task, out.logits[task], batch["word_read"][out.examples[task]])
+            word_read = batch["word_read"][out.examples[task]]
+            probs, mask = self.word_distributions(task, out.logits[task], word_read)
             for r, p, n in zip(rows, probs, mask.sum(1).tolist(), strict=True):
                 targets[r][task] = p[:n].to("cpu", STORE_DTYPE)  # (W_r, L)
+            if self.states:
+                hidden = word_level(out.hidden[task], word_read)[0]  # (n, W, D): read where the tags are read
+                for r, h, n in zip(rows, hidden, mask.sum(1).tolist(), strict=True):
+                    targets[r][state_part(task)] = h[:n].to("cpu", STORE_DTYPE)  # (W_r, D)
         return targets
 
     def word_distributions(

@@ -44,6 +44,8 @@ class MTLOutput:
     """Per layer: gate name -> (M_route, E) weights over real tokens (see ``layout``)."""
     layout: RouteLayout | None = None
     """Which examples and token positions the gates' rows are."""
+    hidden: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Per tagging task, with ``keep_hidden``: the (n_k, T, C) states its head reads (after the final norm)."""
 
 
 class MultiTaskModel(nn.Module):
@@ -121,6 +123,7 @@ class MultiTaskModel(nn.Module):
         word_index: torch.Tensor | None = None,
         word_read: torch.Tensor | None = None,
         route_examples: dict[str, torch.Tensor] | None = None,
+        keep_hidden: bool = False,
         **features: Any,
     ) -> MTLOutput:
         """Run the model on a batch.
@@ -131,7 +134,8 @@ class MultiTaskModel(nn.Module):
         (the collator's, from the encoder's WordAlignment; the CRF loss needs it). ``features``: per-word inputs
         from the collator (token_word, char_ids, shape_ids, hash_ids), passed to the trunk.
         ``route_examples``: task -> (B,) bool, examples whose task route runs besides those with its label (cgc/mmoe
-        route only those; distillation adds the examples that carry a teacher target)."""
+        route only those; distillation adds the examples that carry a teacher target). ``keep_hidden``: each tagging
+        task's head input is kept in ``out.hidden`` (distillation's state targets)."""
         attention_mask = attention_mask.bool()
         B = input_ids.shape[0]
         present = None if labels is None else {k: _has_label(v) for k, v in labels.items()}
@@ -156,6 +160,8 @@ class MultiTaskModel(nn.Module):
             examples = layout.row_example[rows]
             if self.task(name).kind == CLASSIFICATION:
                 hidden = self._pool(hidden, attention_mask[examples])  # (n_k, C)
+            elif keep_hidden:
+                out.hidden[name] = hidden
             out.logits[name] = self.heads[name](hidden)
             out.examples[name] = examples
             if labels is not None and name in labels:

@@ -64,6 +64,6 @@ def test_each_distill_row_validates(name):
     config, overrides, _ = DISTILL.DISTILL_MODELS[name]
     lexicon = load_config(REPO / "configs" / "bench" / config, overrides).model.lexicon
     assert lexicon.enabled == ("_lex_" in name)
-    if "_lex_" in name:  # the same student as distill_small, plus the lexicon's keys (and a seed)
-        rest = [o for o in overrides if not o.startswith(("model.lexicon.", "training.seed="))]
+    if "_lex_" in name:  # the same student as distill_small, plus the lexicon's keys (and a seed, a teacher precision)
+        rest = [o for o in overrides if not o.startswith(("model.lexicon.", "training.seed=", "distill.teacher_"))]
         assert rest == DISTILL.DISTILL_MODELS["distill_small"][1]
