@@ -7,7 +7,8 @@ A point is drawn only when a results file holds its speed (words per CPU-second,
 its test metrics; each record names the file and path of every figure (``FILE PATH``, the syntax of
 ``doc_sources.py``). Where the figures come from:
 
-- the pretrained-trunk models: ``pretrained_throughput.json`` and ``pretrained_throughput_hybrid.json``, whose
+- the pretrained-trunk models: ``pretrained_throughput.json``, ``pretrained_throughput_hybrid.json`` and
+  ``pretrained_throughput_hybrid_bidir.json`` (its int8 entry has no quality of its own: left out), whose
   entries carry the speed and the test metrics of the same weights (``_previous`` and ``_second`` are other runs
   of the same models, not drawn twice; the untrained entries have no quality);
 - the distilled students: their rows in ``quality.json`` (``words_per_cpu_s`` timed after training);
@@ -46,7 +47,12 @@ JSON = Path("frontier.json")
 """Where the gathered points go, under the results folder."""
 W8A8_FILE = "pretrained_throughput_w8a8.json"
 """The 16-block model trained again and timed in fp32 and W8A8 (after mtl-decoder quantize)."""
-PRETRAINED_FILES = ("pretrained_throughput.json", "pretrained_throughput_hybrid.json", W8A8_FILE)
+PRETRAINED_FILES = (
+    "pretrained_throughput.json",
+    "pretrained_throughput_hybrid.json",
+    W8A8_FILE,
+    "pretrained_throughput_hybrid_bidir.json",
+)
 DISTILL_FILES = ("quality.json", "quality_lexicon.json")
 
 OURS, PEER = "ours", "peer"
@@ -110,10 +116,11 @@ def _test_metric(file: str, name: str, run: dict[str, Any], task: str, key: str)
 
 
 def _pretrained_label(entry: dict[str, Any], file: str = "") -> str:
-    """'4 blocks int8', '16+2 blocks fp32' for the hybrid (two blocks trained over sixteen cached), 'W8A8' for int8
-    with SmoothQuant scales."""
+    """'4 blocks int8', '16+2 blocks fp32' for the hybrid (two blocks trained over sixteen cached; 'bidirectional':
+    their causal mask lifted), 'W8A8' for int8 with SmoothQuant scales."""
     hybrid = re.search(r"hybrid(\d+)_on(\d+)", entry["name"])
     blocks = f"{hybrid[2]}+{hybrid[1]}" if hybrid else str(entry["blocks"])
+    blocks += " bidirectional" if "_bidir" in entry["name"] else ""
     untrained = " (untrained)" if "untrained" in entry["name"] else ""
     if file == W8A8_FILE:
         return f"{blocks} blocks {'W8A8' if entry['precision'] == 'int8' else 'fp32'} (retrained)"
