@@ -153,6 +153,13 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         [*SMALL, *LEX_EMBED, "distill.teacher_precision=int8"],
         "distill_small_int8teacher, its tokenizer and table the teacher's (token embeddings, PCA to 128)",
     ),
+    # the student's own validation-to-test drop (memorised training names?): the hashed features naming a word
+    # blanked for half of a batch's distinct words in training (the affixes, characters and shape stay)
+    "distill_small_hashdrop": (
+        "ple.yaml",
+        [*SMALL, "distill.teacher_precision=int8", "model.word_hash_dropout=0.5"],
+        "distill_small_int8teacher with model.word_hash_dropout 0.5",
+    ),
     "distill_small_train_seed1": ("ple.yaml", [*SMALL, "training.seed=1"], "distill_small_train at seed 1"),
     "distill_small_train_lex_embed_seed1": (
         "ple.yaml",
