@@ -227,9 +227,9 @@ def test_a_distillation_teacher_reads_its_trunk_states_but_never_writes_them(run
     teachers = []
     real = targets_module.TeacherLabeller.__init__
 
-    def keeping(self, saved, batch_size):
+    def keeping(self, saved, batch_size, **options):
         teachers.append(saved)
-        real(self, saved, batch_size)
+        real(self, saved, batch_size, **options)
 
     monkeypatch.setattr(targets_module.TeacherLabeller, "__init__", keeping)
     folder = run.run_dir.parent / "state-cache"
