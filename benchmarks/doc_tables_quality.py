@@ -177,11 +177,12 @@ PRETRAINED_TOP = [
     "smollm2_frozen_ple",
     "smollm2_hashdrop_ple",
     "smollm2_truecase_ple",
+    "smollm2_echo_ple",
     "smollm2_hybrid2_on16_ple",
     "smollm2_hybrid2_on16_bidir_ple",
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
-truecased, the top blocks trained (causal, and with the causal mask lifted)."""
+truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted)."""
 PRETRAINED_READS_SEMEVAL = [
     "smollm2_semeval_ple",
     "smollm2_default_semeval_ple",
