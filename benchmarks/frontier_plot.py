@@ -11,7 +11,8 @@ its test metrics; each record names the file and path of every figure (``FILE PA
   ``pretrained_throughput_hybrid_bidir.json`` (its int8 entry has no quality of its own: left out), whose
   entries carry the speed and the test metrics of the same weights (``_previous`` and ``_second`` are other runs
   of the same models, not drawn twice; the untrained entries have no quality);
-- the distilled students: their rows in ``quality.json`` (``words_per_cpu_s`` timed after training);
+- the distilled students: their rows in ``quality.json``, ``quality_lexicon.json`` and ``quality_states.json`` (the
+  last with another training of the teacher: "(teacher retrained)"; ``words_per_cpu_s`` timed after training);
 - ``ple`` from scratch: ``quality_rerun.json`` for its quality, ``spacy_throughput.json`` for its speed (the pairing
   of the README's summary table; speed does not depend on the weights);
 - spaCy's CNN pipeline: ``peers.json`` for its quality, and the speed timed beside our pretrained models in
@@ -53,7 +54,9 @@ PRETRAINED_FILES = (
     W8A8_FILE,
     "pretrained_throughput_hybrid_bidir.json",
 )
-DISTILL_FILES = ("quality.json", "quality_lexicon.json")
+DISTILL_FILES = ("quality.json", "quality_lexicon.json", "quality_states.json")
+RETAUGHT = {"quality_states.json": " (teacher retrained)"}
+"""A suffix for the rows of a file whose teacher is another training of the same recipe (the same row names)."""
 
 OURS, PEER = "ours", "peer"
 FAMILIES = {
@@ -154,7 +157,7 @@ def distilled_points(results: Path) -> list[Point]:
         runs = (_load(results, file) or {"runs": {}})["runs"]
         points += [
             _point(
-                name.removeprefix("distill_").replace("_", " "),
+                name.removeprefix("distill_").replace("_", " ") + RETAUGHT.get(file, ""),
                 "distilled",
                 run.get("cpu"),
                 speed=(run.get("words_per_cpu_s"), f"{file} runs.{name}.words_per_cpu_s"),
