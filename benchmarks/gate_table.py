@@ -38,7 +38,8 @@ from mtl_decoder.data.tasks import load_split
 from mtl_decoder.evaluation.scoring import score_sources
 from mtl_decoder.inference import Predictor
 from mtl_decoder.inference.gate_apply import apply_gate_table, remove_gate_table
-from mtl_decoder.inference.gate_table import GateTable, build_gate_table
+from mtl_decoder.inference.gate_build import build_gate_table
+from mtl_decoder.inference.gate_table import GateTable
 from mtl_decoder.saved import load_model
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,8 @@ def run_build_gate_table(args: argparse.Namespace) -> None:
     """Read the sample's records (a bad one stops with file:line), build the table, write it, say where."""
     from mtl_decoder.data.inputs import BadRecord, InputReader
     from mtl_decoder.errors import DataError
-    from mtl_decoder.inference.gate_table import build_gate_table, table_paths
+    from mtl_decoder.inference.gate_build import build_gate_table
+    from mtl_decoder.inference.gate_table import table_paths
     from mtl_decoder.saved import load_model
 
     reader = InputReader(args.input, args.format, args.text_column)

@@ -1,6 +1,6 @@
 """Applying a gate table to a loaded model's expert blocks.
 
-Applying a gate table (built by ``gate_table.build_gate_table``; see that module for what it holds): every expert
+Applying a gate table (built by ``gate_build.build_gate_table``; see that module for what it holds): every expert
 block of a loaded model reads its gate weights from the table, except near a bucket edge, drops the experts left
 under the threshold, and runs each expert only on the tokens that still read it. ``remove_gate_table`` restores
 the exact blocks.

@@ -130,11 +130,10 @@ def refining(fast: Predictor, saved: SavedModel, options: InferenceOptions, marg
     """``fast`` (int8, from ``saved``) with its close texts predicted again by a float32 copy of the same folder,
     loaded once per SavedModel (predict_texts may be called on it again) with the same options."""
     from mtl_decoder.inference.loading import load_for_inference
-    from mtl_decoder.inference.predictor import Predictor
 
     exact_options = replace(options, precision="fp32", batch_size=fast.batch_size, device=fast.device)
     copy = getattr(saved, FLOAT_COPY, None)
     if copy is None:
         copy = load_for_inference(saved.directory, exact_options)
         object.__setattr__(saved, FLOAT_COPY, copy)
-    return RefiningPredictor(fast, Predictor.from_saved(copy, exact_options), margin)
+    return RefiningPredictor(fast, type(fast).from_saved(copy, exact_options), margin)  # fast's class: no import

@@ -15,12 +15,11 @@ from mtl_decoder.config import VARIANTS
 from mtl_decoder.errors import UserError
 from mtl_decoder.inference import Predictor
 from mtl_decoder.inference.gate_apply import _TableBlock, apply_gate_table, remove_gate_table
+from mtl_decoder.inference.gate_build import _bucket, build_gate_table
 from mtl_decoder.inference.gate_table import (
     GateEntry,
     GateStats,
     GateTable,
-    _bucket,
-    build_gate_table,
     table_paths,
 )
 from mtl_decoder.model import SHARED, ExpertBlock, Gate, RouteLayout
