@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mtl_decoder.inference.prediction import Prediction
 
 if TYPE_CHECKING:
     from mtl_decoder.inference.options import InferenceOptions
-    from mtl_decoder.inference.predictor import Prediction, Predictor
     from mtl_decoder.saved import SavedModel
 
 MARGINS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
@@ -60,6 +61,31 @@ def choose_margin(
         if all(measured["agreement"][task] >= bar for task, bar in bars.items()):
             return margin, measured
     return None
+
+
+class Predictor(Protocol):
+    """What the refiner uses of a ``predictor.Predictor`` (named here, not imported: the predictor imports this
+    module to wrap itself)."""
+
+    model: Any
+    encoder: Any
+    kinds: dict[str, str]
+    device: Any
+    precision: str
+    batch_size: int
+    max_tokens: int | None
+    buffer: int
+    progress: Callable[[int], None] | None
+
+    @property
+    def state_cache(self) -> Any: ...
+
+    def predict(
+        self, items: Iterable[list[str] | str], tasks: list[str] | None = None, on_batch: Callable | None = None
+    ) -> Iterator[Prediction]: ...
+
+    @classmethod
+    def from_saved(cls, saved: SavedModel, options: InferenceOptions | None = None) -> Any: ...
 
 
 class RefiningPredictor:

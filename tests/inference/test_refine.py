@@ -11,7 +11,7 @@ import pytest
 from trunk_runs import trained
 
 from mtl_decoder.cli import main
-from mtl_decoder.inference.predictor import Prediction
+from mtl_decoder.inference.prediction import Prediction
 from mtl_decoder.inference.refine import MARGINS, agreement, choose_margin, is_close
 from mtl_decoder.inference.smoothquant import SCALES_FILE, load_scales
 from mtl_decoder.prediction import predict_texts
