@@ -108,7 +108,11 @@ def attach_targets(
 
 
 def _on_words(probs: torch.Tensor, index: list[int]) -> torch.Tensor:
-    """(len(index), L): row w the teacher's row index[w]; zeros where it is -1 or past the teacher's words."""
+    """(len(index), L): row w the teacher's row index[w]; zeros where it is -1 or past the teacher's words.
+
+    The teacher's rows themselves (no copy) where the student's words are the teacher's."""
+    if index == list(range(probs.shape[0])):
+        return probs
     rows = torch.tensor(index, dtype=torch.long)
     valid = (rows >= 0) & (rows < probs.shape[0])
     if probs.shape[0] == 0:

@@ -199,9 +199,9 @@ class DistillTrainer(Trainer):
         columns = label_columns(Path(self.cfg.distill.teacher), data.label_sets)
         with acc.main_process_first(), torch.random.fork_rng(devices=[]):
             shapes = {t: (1 if k == CLASSIFICATION else 2, len(data.label_sets[t])) for t, k in self.kinds.items()}
-            found, counts = self._teacher_targets(items, shapes, progress=acc.is_main_process)
-        if self.state_weight > 0:
-            found = self._project_states(found)
+            found, counts, states = self._teacher_targets(items, shapes, progress=acc.is_main_process)
+        if states is not None:
+            self._attach_states(found, [key_of(item) for item in items], states)
         encoded = data.dataset.examples + encode_items(extra_items, data.encoder)
         examples = attach_targets(encoded, items, found, data.encoder, self.kinds, columns)
         sizes = data.dataset.source_sizes + [len(texts) for _, texts in self.unlabelled]
@@ -274,18 +274,20 @@ class DistillTrainer(Trainer):
 
     def _teacher_targets(
         self, items: list[Item], shapes: dict[str, tuple[int, int]], progress: bool
-    ) -> tuple[list[dict], dict[str, Any]]:
+    ) -> tuple[list[dict], dict[str, Any], TargetStore | None]:
         """Every item's targets, from the cache or (loading the teacher only then) computed and cached; ``shapes``:
-        task -> (dimensions, labels) of its targets, checked in every shard read. With distill.state_weight, each
-        entry also holds the teacher's word states (their own store beside the targets')."""
+        task -> (dimensions, labels) of its targets, checked in every shard read. With distill.state_weight, also
+        the store of the teacher's word states (beside the targets'), every entry on disk and checked, none held:
+        they are read again, projected, by ``_attach_states``."""
         d = self.cfg.distill
         root = Path(d.cache_dir).expanduser() if d.cache_dir else default_cache_root()
         stores = [TargetStore(root / d.teacher_hash, shapes=shapes)]
         if self.state_weight > 0:
             stores.append(TargetStore(root / f"{d.teacher_hash}{STATES_SUFFIX}", check=check_states))
         keys = [key_of(item) for item in items]
-        for store in stores:
-            store.load(keys)  # every shard these texts need, checked: a damaged one's texts are labelled again
+        stores[0].load(keys)  # every shard these texts need, checked: a damaged one's texts are labelled again
+        for store in stores[1:]:
+            store.verify(keys)  # the states are 12x the targets: checked here, kept only once projected
         todo, seen = [], set()  # the first occurrence of each text missing from a store
         for i, k in enumerate(keys):
             if k not in seen and not all(k in store for store in stores):
@@ -314,20 +316,27 @@ class DistillTrainer(Trainer):
                         stores[1].put(keys[i], states)
                 for store in stores:
                     store.flush()
+                for store in stores[1:]:
+                    store.forget()  # on disk now; read again, projected, by _attach_states
             bar.close()
             counts["teacher_forwards"] = labeller.forwards
             counts["seconds"] = round(time.perf_counter() - started, 1)
             del saved, labeller
-        return [{k: v for store in stores for k, v in store.get(key).items()} for key in keys], counts
+        return [dict(stores[0].get(key)) for key in keys], counts, (stores[1] if len(stores) > 1 else None)
 
-    def _project_states(self, found: list[dict]) -> list[dict]:
-        """Each entry's teacher word states on the projection to the student's width (fitted here, once, on the
-        first FIT_WORDS states in the run's text order: the same texts give the same projection on resume)."""
+    def _attach_states(self, found: list[dict], keys: list[str], store: TargetStore) -> None:
+        """Each entry's teacher word states, on the projection to the student's width, added to ``found``.
+
+        The projection is fitted here, once, on the first FIT_WORDS states in the run's text order (the same texts
+        give the same projection on resume); the states are then read a shard at a time and only their projection
+        kept, at the student's width."""
         parts = [state_part(t) for t, k in self.kinds.items() if k == TAGGING]
-        self.projection = fit_projection(
-            [entry[p] for entry in found for p in parts if p in entry], self.cfg.model.d_model
-        )
-        return [{n: self.projection(t) if n in parts else t for n, t in entry.items()} for entry in found]
+        in_order = (entry[p] for entry in store.scan(keys) for p in parts if p in entry)
+        self.projection = fit_projection(in_order, self.cfg.model.d_model)
+        store.load(keys, transform=lambda part, t: self.projection(t) if part in parts else t)
+        for entry, key in zip(found, keys, strict=True):
+            entry.update(store.get(key))
+        store.forget()
 
     def _collator(self):
         counts = {name: len(labels) for name, labels in self.data.label_sets.items()}

@@ -19,7 +19,7 @@ so a teacher's tag targets made without states are reused and only the states ar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +83,7 @@ class StateProjection:
         }
 
 
-def fit_projection(states: Sequence[torch.Tensor], width: int) -> StateProjection:
+def fit_projection(states: Iterable[torch.Tensor], width: int) -> StateProjection:
     """The projection of teacher word states (each (W, D)) onto their top ``width`` principal directions, fitted on
     the first FIT_WORDS of them in float64. Refused where the teacher's states are narrower than the student."""
     rows, total = [], 0

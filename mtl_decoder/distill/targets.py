@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -37,6 +37,8 @@ FINGERPRINTED = ("config.yaml", "model.safetensors", "labels.json", "tokenizer.j
 
 Item = str | list[str]
 """A text as the teacher reads it: raw text or a word list."""
+Transform = Callable[[str, torch.Tensor], torch.Tensor]
+"""What a store applies to each part (its name, its tensor) as a shard is read."""
 
 
 def default_cache_root() -> Path:
@@ -126,19 +128,52 @@ class TargetStore:
             self._load_shard(self.disk.location[key])
         return self.memory[key]
 
-    def load(self, keys: list[str]) -> None:
+    def load(self, keys: list[str], transform: Transform | None = None) -> None:
         """Read every shard that holds one of the keys.
 
         Read (and so check) every shard holding one of ``keys``: an entry of a damaged shard is then absent and
-        is computed again, before any training relies on it."""
-        for shard in sorted({self.disk.location[k] for k in keys if k not in self.memory and k in self.disk}):
-            self._load_shard(shard)
+        is computed again, before any training relies on it. ``transform`` (part name, tensor) -> tensor is
+        applied as each shard is read, so only the transformed tensors are kept (one shard's worth of the stored
+        ones in memory at a time)."""
+        for shard in self._shards_of(keys):
+            self._load_shard(shard, transform)
 
-    def _load_shard(self, shard: Path) -> None:
+    def verify(self, keys: list[str]) -> None:
+        """Check every shard holding one of ``keys`` as ``load`` does (a damaged one is set aside, its entries then
+        absent), keeping nothing in memory."""
+        for shard in self._shards_of(keys):
+            self.disk.read_shard(shard)
+
+    def scan(self, keys: Iterable[str]) -> Iterator[dict[str, torch.Tensor]]:
+        """The entry of each key, in order (a key again: its entry again), read a shard at a time and not kept:
+        at most one shard of entries in memory besides what ``memory`` already holds. Absent keys are skipped."""
+        shard, entries = None, {}
+        for key in keys:
+            if key in self.memory:
+                yield self.memory[key]
+                continue
+            where = self.disk.location.get(key)
+            if where is None:
+                continue
+            if where != shard:
+                shard, entries = where, _entries(self.disk.read_shard(where) or {})
+            if key in entries:
+                yield entries[key]
+
+    def forget(self) -> None:
+        """Drop every entry held in memory (they stay on disk; pending ones are written first)."""
+        self.flush()
+        self.memory = {}
+
+    def _shards_of(self, keys: list[str]) -> list[Path]:
+        return sorted({self.disk.location[k] for k in keys if k not in self.memory and k in self.disk})
+
+    def _load_shard(self, shard: Path, transform: Transform | None = None) -> None:
         """Every entry of a shard at once (training reads them all); nothing when the shard is damaged."""
-        for name, t in (self.disk.read_shard(shard) or {}).items():
-            key, part = name.split("/", 1)
-            self.memory.setdefault(key, {})[part] = t
+        for key, parts in _entries(self.disk.read_shard(shard) or {}).items():
+            if transform is not None:
+                parts = {part: transform(part, t) for part, t in parts.items()}
+            self.memory.setdefault(key, {}).update(parts)
 
     def put(self, key: str, targets: dict[str, torch.Tensor]) -> None:
         self.memory[key] = targets
@@ -152,6 +187,15 @@ class TargetStore:
             return
         self.disk.write({f"{key}/{part}": t for key, parts in self.pending.items() for part, t in parts.items()})
         self.pending = {}
+
+
+def _entries(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """A shard's tensors ('KEY/PART') by entry: key -> {part: tensor}."""
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for name, t in tensors.items():
+        key, part = name.split("/", 1)
+        out.setdefault(key, {})[part] = t
+    return out
 
 
 class TeacherLabeller:

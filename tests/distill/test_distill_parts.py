@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from mtl_decoder.config import load_config
 from mtl_decoder.distill.data import read_unlabelled
 from mtl_decoder.distill.loss import DistillLossSpec, divergence, mix, tagging_divergence
+from mtl_decoder.distill.states import check_states
 from mtl_decoder.distill.targets import SPANS, TargetStore, align, text_key
 from mtl_decoder.errors import ConfigError, DataError, UserError
 
@@ -95,6 +96,37 @@ def test_the_target_store_keeps_entries_across_instances(tmp_path):
     for key, value in entries.items():
         got = again.get(key)
         assert got.keys() == value.keys() and all(torch.equal(got[k], value[k]) for k in value)
+
+
+def test_the_store_streams_its_shards_and_keeps_only_what_it_is_asked_to(tmp_path):
+    """Entries over several shards: ``scan`` gives each key's entry in the order asked (a key again: again),
+    holding none; ``load`` with a transform keeps only transformed tensors; a damaged shard's entries read as
+    absent in both, and ``verify`` sets it aside without holding anything."""
+    writer = TargetStore(tmp_path / "s", flush_every=2)  # a shard per two entries
+    entries = {text_key(f"t{i}"): {"ner@states": torch.randn(i + 1, 4).half()} for i in range(7)}
+    for key, value in entries.items():
+        writer.put(key, value)
+    writer.flush()
+    keys = list(entries)
+    asked = [keys[5], keys[0], keys[1], keys[0], keys[6], keys[3]]
+    store = TargetStore(tmp_path / "s", check=check_states)
+    got = [entry["ner@states"] for entry in store.scan(asked)]
+    assert len(got) == len(asked)
+    assert all(torch.equal(g, entries[k]["ner@states"]) for g, k in zip(got, asked, strict=True))
+    assert store.memory == {}
+
+    store.load(keys, transform=lambda part, t: t.float().sum(-1))
+    assert all(torch.equal(store.get(k)["ner@states"], v["ner@states"].float().sum(-1)) for k, v in entries.items())
+    store.forget()
+    assert store.memory == {} and len(store) == 7
+
+    damaged = store.disk.location[keys[0]]
+    damaged.write_bytes(damaged.read_bytes()[:-8])  # cut short: its header no longer covers the file
+    again = TargetStore(tmp_path / "s", check=check_states)
+    again.verify(keys)
+    assert again.memory == {} and keys[0] not in again and keys[1] not in again and len(again) == 5
+    assert [k for k in asked if k in again] == [keys[5], keys[6], keys[3]]
+    assert len(list(again.scan(asked))) == 3
 
 
 def test_a_bad_record_in_an_unlabelled_file_stops_naming_file_and_line(tmp_path):
