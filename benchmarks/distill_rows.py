@@ -148,6 +148,24 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0"],
         "distill_small_int8teacher with the teacher's word states as a second target (weight 1, PCA to 128)",
     ),
+    **{
+        f"distill_small_states_seed{seed}": (
+            "ple.yaml",
+            [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0", f"training.seed={seed}"],
+            f"distill_small_states at seed {seed}",
+        )
+        for seed in (1, 2)
+    },
+    "distill_small_states_w3": (
+        "ple.yaml",
+        [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=3.0"],
+        "distill_small_states with the state loss weighted 3",
+    ),
+    "distill_small_states_lex_embed": (
+        "ple.yaml",
+        [*SMALL, *LEX_EMBED, "distill.teacher_precision=int8", "distill.state_weight=1.0"],
+        "distill_small_states, its tokenizer and table the teacher's (token embeddings, PCA to 128)",
+    ),
     "distill_small_int8teacher_lex_embed": (
         "ple.yaml",
         [*SMALL, *LEX_EMBED, "distill.teacher_precision=int8"],
