@@ -64,6 +64,7 @@ def test_each_distill_row_validates(name):
     config, overrides, _ = DISTILL.DISTILL_MODELS[name]
     lexicon = load_config(REPO / "configs" / "bench" / config, overrides).model.lexicon
     assert lexicon.enabled == ("_lex_" in name)
-    if "_lex_" in name:  # the same student as distill_small, plus the lexicon's keys (and a seed, a teacher precision)
-        rest = [o for o in overrides if not o.startswith(("model.lexicon.", "training.seed=", "distill.teacher_"))]
+    if "_lex_" in name:  # distill_small's student plus the lexicon's keys (and a seed, a teacher precision, states)
+        kept = ("model.lexicon.", "training.seed=", "distill.teacher_", "distill.state_weight=")
+        rest = [o for o in overrides if not o.startswith(kept)]
         assert rest == DISTILL.DISTILL_MODELS["distill_small"][1]
