@@ -58,6 +58,13 @@ def test_the_hybrid_recipe_files_are_the_rows_that_measured_them(recipe, row):
     assert load_config(REPO / "configs" / "bench" / recipe, same_dir).to_yaml() == measured.to_yaml()
 
 
+def test_the_fast_student_recipe_is_the_row_that_measured_it():
+    config, overrides, _ = DISTILL.DISTILL_MODELS["distill_small_states"]
+    same_dir = ["training.output_dir=runs/x"]
+    measured = load_config(REPO / "configs" / "bench" / config, [*overrides, *same_dir])
+    assert load_config(REPO / "configs" / "distill_fast.yaml", same_dir).to_yaml() == measured.to_yaml()
+
+
 @pytest.mark.parametrize("name", sorted(DISTILL.DISTILL_MODELS))
 def test_each_distill_row_validates(name):
     """A distill row's student config (the teacher is the script's argument: checked when the row runs)."""
