@@ -34,6 +34,7 @@ from doc_tables_quality import (
     PRETRAINED_TOP_SEMEVAL,
     RERUN,
     SCRATCH,
+    distill_states_table,
     distill_table,
     peers_table,
     quality_table,
@@ -45,6 +46,7 @@ from doc_tables_speed import blocks_table, gate_table, ple_block_table, predict_
 TABLES: dict[str, Callable[[], Table]] = {
     "summary": summary_table,
     "distill": distill_table,
+    "distill_states": distill_states_table,
     "peers": peers_table,
     "blocks": blocks_table,
     "speed": speed_table,

@@ -111,6 +111,25 @@ def distill_table() -> Table:
     return header, rows
 
 
+def distill_states_table() -> Table:
+    """docs/distillation.md: the students of the retrained 16-block teacher (quality_states.json), every one it
+    holds, in the order they were added: validation and test, speed, steps, peak memory, and the teacher."""
+    file = "quality_states.json"
+    header = ["student", "seed", "CoNLL val", "CoNLL test", "SST-2 val", "SST-2 test", "words per CPU-second",
+              "steps", "peak mem (GiB)", "teacher"]  # fmt: skip
+    rows = []
+    for name in (n for n in lookup(file, "runs") if n.startswith("distill_")):
+        r = lookup(file, f"runs.{name}")
+        seed = next((o.split("=")[1] for o in r["overrides"] if o.startswith("training.seed=")), "0")
+        row = [f"`{name}`" + ("†" if r.get("resumed") else ""), seed]
+        for task, key in (("conll2003", "f1"), ("sst2", "accuracy")):
+            row += [fmt(metric(file, name, "validation", task, key)), fmt(metric(file, name, "test", task, key))]
+        teacher = r["teacher"].rstrip("/").split("/")[-2]  # RUN of RUN/best
+        row += [fmt(r["words_per_cpu_s"], 0), fmt(r["steps"], 0), fmt(r["peak_memory_mb"] / 1024, 1), f"`{teacher}`"]
+        rows.append(row)
+    return header, rows
+
+
 def quality_table(
     file: str, names: list[str], tasks: tuple[tuple[str, str], ...], labels: list[str], gap: bool = False
 ) -> Table:
