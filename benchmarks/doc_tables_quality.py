@@ -8,6 +8,8 @@ from doc_sources import DASH, fmt, lookup
 
 from mtl_decoder.config.schema import DistillConfig
 
+FEATURED_STUDENTS = ("distill_small_states_long",)
+"""quality_states.json's students the README's summary shows: the recipe files' rows."""
 DISTILL_DEFAULTS = (DistillConfig().temperature, DistillConfig().alpha)
 """distill.temperature and distill.alpha's defaults: the README's students are the rows run at them."""
 
@@ -54,6 +56,17 @@ def summary_table() -> Table:
                 fmt(metric("quality.json", name, "test", "sst2", "accuracy")),
                 fmt(run(name, "words_per_cpu_s"), 0),
                 cpu(run(name, "cpu")),
+            ]
+        )
+    states = "quality_states.json"
+    for name in (n for n in FEATURED_STUDENTS if n in lookup(states, "runs")):
+        rows.append(
+            [
+                f"`{name}` (distilled student, `configs/distill_fast.yaml`)",
+                fmt(metric(states, name, "test", "conll2003", "f1")),
+                fmt(metric(states, name, "test", "sst2", "accuracy")),
+                fmt(lookup(states, f"runs.{name}.words_per_cpu_s"), 0),
+                cpu(lookup(states, f"runs.{name}.cpu")),
             ]
         )
     rows += [
