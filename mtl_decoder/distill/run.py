@@ -287,7 +287,7 @@ class DistillTrainer(Trainer):
         keys = [key_of(item) for item in items]
         stores[0].load(keys)  # every shard these texts need, checked: a damaged one's texts are labelled again
         for store in stores[1:]:
-            store.verify(keys)  # the states are 12x the targets: checked here, kept only once projected
+            store.verify(keys)  # the states outweigh the targets tenfold: checked here, kept only once projected
         todo, seen = [], set()  # the first occurrence of each text missing from a store
         for i, k in enumerate(keys):
             if k not in seen and not all(k in store for store in stores):
@@ -334,6 +334,9 @@ class DistillTrainer(Trainer):
         in_order = (entry[p] for entry in store.scan(keys) for p in parts if p in entry)
         self.projection = fit_projection(in_order, self.cfg.model.d_model)
         store.load(keys, transform=lambda part, t: self.projection(t) if part in parts else t)
+        lost = sum(key not in store.memory for key in set(keys))
+        if lost:  # a shard damaged since it was verified: set aside (with its warning), its texts labelled next run
+            raise UserError(f"distill.state_weight: {lost} texts' word states were unreadable; run the command again")
         for entry, key in zip(found, keys, strict=True):
             entry.update(store.get(key))
         store.forget()
