@@ -168,6 +168,20 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0", "training.max_steps=19500"],
         "distill_small_states trained three times as many steps (19,500: about three passes over the transfer set)",
     ),
+    **{
+        f"distill_small_states_long_seed{seed}": (
+            "ple.yaml",
+            [
+                *SMALL,
+                "distill.teacher_precision=int8",
+                "distill.state_weight=1.0",
+                "training.max_steps=19500",
+                f"training.seed={seed}",
+            ],
+            f"distill_small_states_long at seed {seed}",
+        )
+        for seed in (1, 2)
+    },
     "distill_small_states_lex_embed": (
         "ple.yaml",
         [*SMALL, *LEX_EMBED, "distill.teacher_precision=int8", "distill.state_weight=1.0"],

@@ -3,6 +3,8 @@ validation / test tables of each group of quality runs."""
 
 from __future__ import annotations
 
+from statistics import mean
+
 from doc_cells import Table, cpu, distill_runs, mean_test, metric, peer, run, throughput
 from doc_sources import DASH, fmt, lookup
 
@@ -60,12 +62,16 @@ def summary_table() -> Table:
         )
     states = "quality_states.json"
     for name in (n for n in FEATURED_STUDENTS if n in lookup(states, "runs")):
+        seeds = recipe_seeds(states, name)
+        label = f"`{name}` (distilled student, `configs/distill_fast.yaml`" + (
+            f", mean of {len(seeds)} seeds)" if len(seeds) > 1 else ")"
+        )
         rows.append(
             [
-                f"`{name}` (distilled student, `configs/distill_fast.yaml`)",
-                fmt(metric(states, name, "test", "conll2003", "f1")),
-                fmt(metric(states, name, "test", "sst2", "accuracy")),
-                fmt(lookup(states, f"runs.{name}.words_per_cpu_s"), 0),
+                label,
+                fmt(mean([metric(states, n, "test", "conll2003", "f1") for n in seeds])),
+                fmt(mean([metric(states, n, "test", "sst2", "accuracy") for n in seeds])),
+                fmt(mean([lookup(states, f"runs.{n}.words_per_cpu_s") for n in seeds]), 0),
                 cpu(lookup(states, f"runs.{name}.cpu")),
             ]
         )
@@ -122,6 +128,12 @@ def distill_table() -> Table:
             ]
         )
     return header, rows
+
+
+def recipe_seeds(file: str, name: str) -> list[str]:
+    """``name`` and its rows at other seeds (``NAME_seedN``) that ``file`` holds: one recipe's runs."""
+    runs = lookup(file, "runs")
+    return [name, *sorted(n for n in runs if n.startswith(f"{name}_seed") and n[len(name) + 5 :].isdigit())]
 
 
 def distill_states_table() -> Table:

@@ -3,12 +3,13 @@ one run on the same words at one thread each, with a profile of where the studen
 
     OMP_NUM_THREADS=1 python benchmarks/student_speed.py [--rounds 3] [--out benchmarks/results/student_speed.json]
                                                          [--spacy-python PATH] [--sentences 0] [--no-profile]
-                                                         [--bf16] [--torch-products]
+                                                         [--bf16] [--torch-products] [--model RUN/best]
 
 The student: the ``distill_small`` architecture (configs/bench/ple.yaml with benchmarks/distill_rows.py's SMALL
 overrides: d_model 128, 2 PLE layers, char CNN, word/shape/hashed features, CRF), built untrained with its BPE
 tokenizer trained on CoNLL-2003 + SST-2 train (its speed does not depend on the weights: the work per word is the
-same). It runs ``predict_texts`` on the CoNLL-2003 test token lists (every task) at one torch thread and one worker,
+same); ``--model`` times a saved student instead (a trained fast student, e.g. configs/distill_fast.yaml's). It runs
+``predict_texts`` on the CoNLL-2003 test token lists (every task) at one torch thread and one worker,
 as benchmarks/spacy_throughput.py times it; spaCy runs in its own interpreter (spacy_worker.py, ``nlp.pipe`` on
 ``Doc(vocab, words=tokens)``). Every round times each once, in alternating order; the figures are CPU seconds
 (time.process_time: the machine is shared) and the medians and spread over the rounds are stored with the CPU's
@@ -97,7 +98,7 @@ def measure(args: argparse.Namespace) -> dict:
     data_root = Path(args.data_root)
     items = read_sentences(data_root, args.sentences)
     words = words_of(items)
-    saved = untrained_model(REPO / "configs/bench/ple.yaml", data_root, SMALL)
+    saved, described = _student(args.model, data_root)
     spacy = SpacyProcess(Path(args.spacy_python), {"data_root": str(data_root), "sentences": args.sentences,
                                                   "width": 96, "depth": 4})  # fmt: skip
     ways = {"student": ours(saved, items, 1), "spacy": spacy.run}
@@ -139,9 +140,7 @@ def measure(args: argparse.Namespace) -> dict:
         "input": f"CoNLL-2003 test, {len(items)} sentences ({words} words), pre-tokenised; both systems predict every "
         "task (NER tags and the sentence's sentiment label), one thread each, alternately",
         "student": {
-            "model": "distill_small architecture (configs/bench/ple.yaml + benchmarks/distill_rows.py SMALL), "
-            "untrained (speed does not depend on the weights), BPE 16k tokenizer trained on CoNLL-2003 + SST-2 train",
-            "overrides": SMALL,
+            **described,
             "parameters": saved.model.num_parameters(),
             "batch_size": 64,
         },
@@ -190,6 +189,20 @@ def measure(args: argparse.Namespace) -> dict:
     return result
 
 
+def _student(model: str | None, data_root: Path) -> tuple:
+    """The student timed and what it is: a saved model folder (--model), or the distill_small architecture untrained."""
+    if model:
+        from mtl_decoder.saved import load_model
+
+        return load_model(Path(model), "cpu"), {"model": f"{model} (trained)"}
+    saved = untrained_model(REPO / "configs/bench/ple.yaml", data_root, SMALL)
+    return saved, {
+        "model": "distill_small architecture (configs/bench/ple.yaml + benchmarks/distill_rows.py SMALL), "
+        "untrained (speed does not depend on the weights), BPE 16k tokenizer trained on CoNLL-2003 + SST-2 train",
+        "overrides": SMALL,
+    }
+
+
 def _torch_products(run):
     """``run`` with exact_matmul's oneDNN products off (torch's own; the prediction runs in this thread)."""
     from mtl_decoder.model import exact_matmul
@@ -230,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--torch-products", action="store_true", help="also time the student with torch's own products each round"
     )
+    parser.add_argument("--model", default=None, help="a saved student folder (default: distill_small untrained)")
     parser.add_argument("--note", default="", help="what code was measured (stored as 'code')")
     parser.add_argument("--out", default=str(REPO / "benchmarks/results/student_speed.json"))
     args = parser.parse_args(argv)
