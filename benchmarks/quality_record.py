@@ -16,18 +16,22 @@ from mtl_decoder.files import atomic_write_text
 
 
 def cpu_info(path: Path = Path("/proc/cpuinfo")) -> dict:
-    """The CPU model and its AVX-512 flags, read from /proc/cpuinfo (Linux); timings depend on both."""
-    model, flags = None, []
+    """The CPU model, family and AVX-512 flags, read from /proc/cpuinfo (Linux); timings depend on all three (two
+    machines both named "AMD EPYC", families 25 and 26, ran the same student at 0.78x and 1.22x spaCy's speed)."""
+    model, family, flags = None, None, []
     if path.is_file():
         for line in path.read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "model name" and model is None:
                 model = value.strip()
+            elif key.strip() == "cpu family" and family is None:
+                family = value.strip()
             elif key.strip() == "flags" and not flags:
                 flags = value.split()
     avx512 = sorted(f for f in flags if f.startswith("avx512"))
     return {
         "cpu": model or platform.processor() or "unknown",
+        "cpu_family": family,
         "cpu_cores": os.cpu_count(),
         "avx512": bool(avx512),
         "avx512_flags": avx512,
