@@ -19,7 +19,9 @@ the student with torch's own matrix products (``exact_matmul.disabled()``, the c
 outputs bit for bit) to every round.
 
 The profile (a separate pass after the rounds): the CPU seconds inside the model's forward (the arithmetic) against
-the rest of the pass (tokenisation, collation, decoding, output dicts), and cProfile's top functions by own time.
+the rest of the pass (tokenisation, collation, decoding, output dicts), the forward's floating-point work per word and
+the rate it ran at against a large product's on the same core (``arithmetic``), and cProfile's top functions by own
+time.
 """
 
 from __future__ import annotations
@@ -71,6 +73,40 @@ def forward_split(saved, run) -> dict:
         "forward_share": round(acc["seconds"] / total, 3),
         "sub_words": acc["tokens"],
         "padded_sub_words": acc["padded"],
+    }
+
+
+def arithmetic(run, words: int, forward_cpu_s: float) -> dict:
+    """What the student's forward computes per word and how fast it ran against this core's own rate.
+
+    FlopCounterMode counts one pass run with torch's own products (``exact_matmul.disabled``: the same products,
+    which it can count, oneDNN's it cannot); the reference rate is the best of five 1024-square float32 products at
+    one thread, the most this core's matrix unit gives (the student's small products cannot reach it)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mtl_decoder.model import exact_matmul
+
+    with exact_matmul.disabled(), FlopCounterMode(display=False) as counter:
+        run()
+    flops = counter.get_total_flops()
+    by_op = {str(op).removeprefix("aten."): round(n / 1e9, 2) for op, n in counter.get_flop_counts()["Global"].items()}
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a @ b  # warm-up
+    seconds = []
+    for _ in range(5):
+        start = time.process_time()
+        a @ b
+        seconds.append(time.process_time() - start)
+    reference = 2 * 1024**3 / min(seconds) / 1e9
+    achieved = flops / forward_cpu_s / 1e9
+    return {
+        "mflop_per_word": round(flops / words / 1e6, 3),
+        "gflop_by_op": by_op,
+        "forward_gflop_per_cpu_s": round(achieved, 1),
+        "reference_gflop_per_cpu_s": round(reference, 1),
+        "forward_over_reference": round(achieved / reference, 3),
+        "note": "attention's own kernel (scaled_dot_product_attention) is not counted",
     }
 
 
@@ -184,7 +220,12 @@ def measure(args: argparse.Namespace) -> dict:
         }
     if args.profile:
         student = ways["student"]
-        result["profile"] = {"split": forward_split(saved, student), "top_functions": top_functions(student)}
+        split = forward_split(saved, student)
+        result["profile"] = {
+            "split": split,
+            "arithmetic": arithmetic(student, words, split["forward_cpu_s"]),
+            "top_functions": top_functions(student),
+        }
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return result
 
@@ -256,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if "profile" in result:
         print(json.dumps(result["profile"]["split"]))
+        print(json.dumps(result["profile"]["arithmetic"]))
     return 0
 
 
