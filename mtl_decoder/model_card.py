@@ -129,16 +129,17 @@ def _teacher(teacher: dict[str, Any]) -> list[str]:
         f"labels (alpha {teacher.get('alpha')} on the teacher's term)",
         f"- unlabelled transfer texts: {transfer}",
         *_lexicon(teacher.get("lexicon")),
-        *_states(teacher.get("states")),
+        *_states(teacher.get("states"), "word states (its tagging heads' inputs"),
+        *_states(teacher.get("sentence_states"), "sentence states (its classification heads' pooled inputs"),
     ]
 
 
-def _states(record: dict[str, Any] | None) -> list[str]:
-    """The teacher's word states as a second target (distill.state_weight; distill/states.py)."""
+def _states(record: dict[str, Any] | None, what: str) -> list[str]:
+    """The teacher's states as a second target (distill.state_weight, sentence_state_weight; distill/states.py)."""
     if not record:
         return []
     return [
-        f"- the teacher's word states (its tagging heads' inputs, {record.get('teacher_width')} wide) as a second "
+        f"- the teacher's {what}, {record.get('teacher_width')} wide) as a second "
         f"target of weight {record.get('weight')}, on a fixed PCA to {record.get('width')} "
         f"({record.get('explained_variance', 0):.1%} of their variance): learned into the weights, nothing kept",
     ]

@@ -221,12 +221,17 @@ class DistillConfig:
     """> 0: each tagging task's loss gains this weight times the mean squared difference between the student's
     state of each word and the teacher's, projected to the student's width (TinyBERT's intermediate-layer loss;
     distill/states.py); the teacher's word states are cached beside its targets. 0: off."""
+    sentence_state_weight: float = 0.0
+    """> 0: each classification task's loss gains this weight times the mean squared difference between the
+    student's pooled sentence state (its head's input) and the teacher's, on a projection of its own to the
+    student's width (distill/states.py); cached beside the targets in a store of their own. 0: off."""
 
     def __post_init__(self) -> None:
         check_choice("teacher_precision", self.teacher_precision, ("fp32", "int8"))
         check_positive("temperature", self.temperature)
-        if not self.state_weight >= 0:
-            raise ConfigError("state_weight", f"must be 0 (off) or positive, got {self.state_weight}")
+        for key in ("state_weight", "sentence_state_weight"):
+            if not getattr(self, key) >= 0:
+                raise ConfigError(key, f"must be 0 (off) or positive, got {getattr(self, key)}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ConfigError("alpha", f"must lie in [0, 1], got {self.alpha}")
         if self.unlabelled_limit is not None:

@@ -32,7 +32,7 @@ class DistilledExample(EncodedExample):
     targets: dict[str, torch.Tensor] = field(default_factory=dict)
     """Task -> the teacher's (W, L) tag distribution of each of the student's kept words (a zero row: no target,
     past what the teacher read) or (L,) class probabilities; ``state_part(task)`` -> the teacher's (W, d) projected
-    state of each word (distill.state_weight)."""
+    state of each word (distill.state_weight) or (1, d) of the text (distill.sentence_state_weight)."""
 
 
 def read_unlabelled(paths: list[str], limit: int | None) -> list[tuple[str, list[Item]]]:
@@ -98,9 +98,10 @@ def attach_targets(
         # a raw text: each student word takes the teacher word it starts in; a word list: the same words
         index = align(found[SPANS], spans[i][:kept]) if i in spans and SPANS in found else list(range(kept))
         targets = {task: _on_words(found[task], index) if kinds[task] == TAGGING else found[task] for task in kinds}
-        for task in kinds:  # the teacher's word states (distill.state_weight), on the same words as its tags
+        for task in kinds:  # the teacher's states: a tagging task's on the same words as its tags, a text's as is
             if state_part(task) in found:
-                targets[state_part(task)] = _on_words(found[state_part(task)], index)
+                states = found[state_part(task)]
+                targets[state_part(task)] = _on_words(states, index) if kinds[task] == TAGGING else states
         out.append(
             DistilledExample(ex.ids, ex.word_index, ex.words, ex.labels, ex.truncated_words, ex.alignment, targets)
         )
@@ -130,8 +131,8 @@ class DistillCollator:
     """The trainer's collator plus the teacher targets.
 
     The trainer's collator, plus ``targets``: task -> (probabilities, mask): tagging (B, W, L), (B, W);
-    classification (B, L), (B,); and where the examples carry the teacher's word states, ``state_part(task)`` ->
-    (states (B, W, d), the task's mask)."""
+    classification (B, L), (B,); and where the examples carry the teacher's states, ``state_part(task)`` ->
+    (states (B, W, d) with the task's mask for tagging, (B, d) with a (B,) mask of the texts that have one)."""
 
     def __init__(self, base: Collator, kinds: dict[str, str], label_counts: dict[str, int]):
         self.base, self.kinds, self.label_counts = base, kinds, label_counts
@@ -165,5 +166,12 @@ class DistillCollator:
                     if r is not None and r.shape[0]:
                         padded[b, : r.shape[0]] = r.float()
                 targets[state_part(task)] = (padded, mask)
+            elif any(r is not None for r in states):
+                width = next(r.shape[1] for r in states if r is not None)
+                pooled, has = torch.zeros(B, width), torch.tensor([r is not None for r in states])
+                for b, r in enumerate(states):
+                    if r is not None:
+                        pooled[b] = r[0].float()
+                targets[state_part(task)] = (pooled, has & mask)
         batch["targets"] = targets
         return batch

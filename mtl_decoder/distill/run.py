@@ -32,7 +32,16 @@ from mtl_decoder.data.batching import MultiTaskDataset
 from mtl_decoder.distill.data import DistillCollator, attach_targets, encode_items, read_unlabelled
 from mtl_decoder.distill.lexicon import LEXICON_FILE, LEXICON_TABLE, build_lexicon, resolve_lexicon
 from mtl_decoder.distill.loss import DistillLossSpec, classification_divergence, mix, tagging_divergence
-from mtl_decoder.distill.states import STATE_PART, STATES_SUFFIX, check_states, fit_projection, state_loss, state_part
+from mtl_decoder.distill.states import (
+    SENTENCE_STATES_SUFFIX,
+    STATE_PART,
+    STATES_SUFFIX,
+    StateProjection,
+    check_states,
+    fit_projection,
+    state_loss,
+    state_part,
+)
 from mtl_decoder.distill.targets import Item, TargetStore, TeacherLabeller, default_cache_root, teacher_fingerprint
 from mtl_decoder.distill.targets import text_key as key_of
 from mtl_decoder.errors import UserError
@@ -161,6 +170,10 @@ def _stored_teacher_hash(run_dir: Path) -> str | None:
     return section.get("teacher_hash") if isinstance(section, dict) else None
 
 
+STATE_KEYS = {TAGGING: "state_weight", CLASSIFICATION: "sentence_state_weight"}
+"""The distill key that weights the teacher's states of each kind of task: per word, per text."""
+
+
 class DistillTrainer(Trainer):
     """The Trainer with the teacher's targets in every batch and each task's loss mixed with them."""
 
@@ -173,12 +186,14 @@ class DistillTrainer(Trainer):
         d = self.cfg.distill
         self.spec = DistillLossSpec(d.temperature, d.alpha, d.soft)
         self.kinds = {name: t.kind for name, t in self.cfg.tasks.items()}
-        self.state_weight = d.state_weight
-        if self.state_weight > 0 and TAGGING not in self.kinds.values():
-            raise UserError(
-                "distill.state_weight: the student has no tagging task, and the teacher's states are per word: "
-                "leave it at 0"
-            )
+        self.state_weights = {kind: getattr(d, key) for kind, key in STATE_KEYS.items()}  # by task kind
+        for kind, key in STATE_KEYS.items():
+            if self.state_weights[kind] > 0 and kind not in self.kinds.values():
+                what = "tagging" if kind == TAGGING else "classification"
+                raise UserError(
+                    f"distill.{key}: the student has no {what} task to take the teacher's states: leave it at 0"
+                )
+        self.projections: dict[str, StateProjection] = {}
         self.unlabelled = read_unlabelled(d.unlabelled, d.unlabelled_limit)  # a bad record stops it before any work
         self.targets_line = self.lexicon_line = ""
         self.resumed = False
@@ -199,9 +214,9 @@ class DistillTrainer(Trainer):
         columns = label_columns(Path(self.cfg.distill.teacher), data.label_sets)
         with acc.main_process_first(), torch.random.fork_rng(devices=[]):
             shapes = {t: (1 if k == CLASSIFICATION else 2, len(data.label_sets[t])) for t, k in self.kinds.items()}
-            found, counts, states = self._teacher_targets(items, shapes, progress=acc.is_main_process)
-        if states is not None:
-            self._attach_states(found, [key_of(item) for item in items], states)
+            found, counts, state_stores = self._teacher_targets(items, shapes, progress=acc.is_main_process)
+        for kind, store in state_stores.items():
+            self._attach_states(found, [key_of(item) for item in items], store, kind)
         encoded = data.dataset.examples + encode_items(extra_items, data.encoder)
         examples = attach_targets(encoded, items, found, data.encoder, self.kinds, columns)
         sizes = data.dataset.source_sizes + [len(texts) for _, texts in self.unlabelled]
@@ -222,8 +237,9 @@ class DistillTrainer(Trainer):
             "soft": d.soft,
             "unlabelled": {path: len(texts) for path, texts in self.unlabelled},
         }
-        if self.state_weight > 0:
-            teacher["states"] = {"weight": self.state_weight, **self.projection.record()}
+        for kind, name in ((TAGGING, "states"), (CLASSIFICATION, "sentence_states")):
+            if kind in self.projections:
+                teacher[name] = {"weight": self.state_weights[kind], **self.projections[kind].record()}
         self.card_info = {"teacher": teacher}
         if acc.is_main_process:
             atomic_write_json(self.run.path / DISTILL_FILE, {**teacher, "targets": counts})
@@ -274,16 +290,21 @@ class DistillTrainer(Trainer):
 
     def _teacher_targets(
         self, items: list[Item], shapes: dict[str, tuple[int, int]], progress: bool
-    ) -> tuple[list[dict], dict[str, Any], TargetStore | None]:
+    ) -> tuple[list[dict], dict[str, Any], dict[str, TargetStore]]:
         """Every item's targets, from the cache or (loading the teacher only then) computed and cached; ``shapes``:
-        task -> (dimensions, labels) of its targets, checked in every shard read. With distill.state_weight, also
-        the store of the teacher's word states (beside the targets'), every entry on disk and checked, none held:
-        they are read again, projected, by ``_attach_states``."""
+        task -> (dimensions, labels) of its targets, checked in every shard read. With distill.state_weight (word
+        states) or sentence_state_weight, also the stores of the teacher's states by task kind (beside the
+        targets'), every entry on disk and checked, none held: they are read again, projected, by
+        ``_attach_states``."""
         d = self.cfg.distill
         root = Path(d.cache_dir).expanduser() if d.cache_dir else default_cache_root()
-        stores = [TargetStore(root / d.teacher_hash, shapes=shapes)]
-        if self.state_weight > 0:
-            stores.append(TargetStore(root / f"{d.teacher_hash}{STATES_SUFFIX}", check=check_states))
+        suffixes = {TAGGING: STATES_SUFFIX, CLASSIFICATION: SENTENCE_STATES_SUFFIX}
+        state_stores = {
+            kind: TargetStore(root / f"{d.teacher_hash}{suffixes[kind]}", check=check_states)
+            for kind, weight in self.state_weights.items()
+            if weight > 0
+        }
+        stores = [TargetStore(root / d.teacher_hash, shapes=shapes), *state_stores.values()]
         keys = [key_of(item) for item in items]
         stores[0].load(keys)  # every shard these texts need, checked: a damaged one's texts are labelled again
         for store in stores[1:]:
@@ -303,7 +324,12 @@ class DistillTrainer(Trainer):
             if d.teacher_precision == "int8":
                 quantize_teacher(saved)
             saved.for_inference()  # the teacher reads its trunk's states but never fills the disk or memory with them
-            labeller = TeacherLabeller(saved, saved.config.data.eval_batch_size, states=len(stores) > 1)
+            labeller = TeacherLabeller(
+                saved,
+                saved.config.data.eval_batch_size,
+                word_states=TAGGING in state_stores,
+                sentence_states=CLASSIFICATION in state_stores,
+            )
             started = time.perf_counter()
             bar = tqdm(total=len(todo), desc="teacher targets", disable=not (progress and self.cfg.training.progress))
             for start in range(0, len(todo), LABEL_BATCHES):
@@ -312,8 +338,9 @@ class DistillTrainer(Trainer):
                     states = {name: t for name, t in targets.items() if name.endswith(STATE_PART)}
                     if keys[i] not in stores[0]:
                         stores[0].put(keys[i], {n: t for n, t in targets.items() if n not in states})
-                    if len(stores) > 1:
-                        stores[1].put(keys[i], states)
+                    for kind, store in state_stores.items():
+                        if keys[i] not in store:
+                            store.put(keys[i], {n: t for n, t in states.items() if self._kind_of(n) == kind})
                 for store in stores:
                     store.flush()
                 for store in stores[1:]:
@@ -322,21 +349,23 @@ class DistillTrainer(Trainer):
             counts["teacher_forwards"] = labeller.forwards
             counts["seconds"] = round(time.perf_counter() - started, 1)
             del saved, labeller
-        return [dict(stores[0].get(key)) for key in keys], counts, (stores[1] if len(stores) > 1 else None)
+        return [dict(stores[0].get(key)) for key in keys], counts, state_stores
 
-    def _attach_states(self, found: list[dict], keys: list[str], store: TargetStore) -> None:
-        """Each entry's teacher word states, on the projection to the student's width, added to ``found``.
+    def _attach_states(self, found: list[dict], keys: list[str], store: TargetStore, kind: str) -> None:
+        """Each entry's teacher states of ``kind``'s tasks, on the projection to the student's width, added to
+        ``found``.
 
         The projection is fitted here, once, on the first FIT_WORDS states in the run's text order (the same texts
         give the same projection on resume); the states are then read a shard at a time and only their projection
         kept, at the student's width."""
-        parts = [state_part(t) for t, k in self.kinds.items() if k == TAGGING]
+        parts = [state_part(t) for t, k in self.kinds.items() if k == kind]
+        key = f"distill.{STATE_KEYS[kind]}"
         in_order = (entry[p] for entry in store.scan(keys) for p in parts if p in entry)
-        self.projection = fit_projection(in_order, self.cfg.model.d_model)
-        store.load(keys, transform=lambda part, t: self.projection(t) if part in parts else t)
+        projection = self.projections[kind] = fit_projection(in_order, self.cfg.model.d_model, key)
+        store.load(keys, transform=lambda part, t: projection(t) if part in parts else t)
         lost = sum(key not in store.memory for key in set(keys))
         if lost:  # a shard damaged since it was verified: set aside (with its warning), its texts labelled next run
-            raise UserError(f"distill.state_weight: {lost} texts' word states were unreadable; run the command again")
+            raise UserError(f"{key}: {lost} texts' teacher states were unreadable; run the command again")
         for entry, key in zip(found, keys, strict=True):
             entry.update(store.get(key))
         store.forget()
@@ -359,7 +388,8 @@ class DistillTrainer(Trainer):
         routes = {
             task: mask.any(1) if mask.dim() == 2 else mask for task, (_, mask) in targets.items() if task in self.kinds
         }
-        out = self.model(**batch, tasks=list(self.kinds), route_examples=routes, keep_hidden=self.state_weight > 0)
+        keep = any(w > 0 for w in self.state_weights.values())
+        out = self.model(**batch, tasks=list(self.kinds), route_examples=routes, keep_hidden=keep)
         losses = {}
         for task, kind in self.kinds.items():
             if task not in out.logits:
@@ -372,12 +402,25 @@ class DistillTrainer(Trainer):
             else:
                 kd = classification_divergence(out.logits[task], probs[rows], mask[rows], self.spec)
             loss = mix(kd, out.losses.get(task), self.spec.alpha)
-            if kind == TAGGING and state_part(task) in targets:
-                states, has = targets[state_part(task)]
-                hidden = word_level(out.hidden[task], batch["word_read"][rows])[0]  # (n, W, d)
-                regression = state_loss(hidden, words, states[rows], has[rows])
+            if state_part(task) in targets:
+                regression = self._state_loss(task, kind, out, batch, targets[state_part(task)])
                 if regression is not None:
-                    loss = self.state_weight * regression if loss is None else loss + self.state_weight * regression
+                    weighted = self.state_weights[kind] * regression
+                    loss = weighted if loss is None else loss + weighted
             if loss is not None:
                 losses[task] = loss
         return losses
+
+    def _kind_of(self, part: str) -> str:
+        """The kind of the task a state part (``state_part(task)``) belongs to."""
+        return self.kinds[part.removesuffix(STATE_PART)]
+
+    def _state_loss(self, task: str, kind: str, out, batch: dict[str, Any], target) -> torch.Tensor | None:
+        """The student's head input against the teacher's projected states: per word (tagging), per text."""
+        states, has = target
+        rows = out.examples[task]
+        if kind == TAGGING:
+            hidden, _, words = word_level(out.hidden[task], batch["word_read"][rows])  # (n, W, d)
+            return state_loss(hidden, words, states[rows], has[rows])
+        mask = has[rows][:, None]  # (n, 1): a text's pooled state as its one word
+        return state_loss(out.hidden[task][:, None], mask, states[rows][:, None], mask)

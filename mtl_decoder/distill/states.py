@@ -13,8 +13,14 @@ of the student's normed states. TinyBERT (Jiao et al. 2020) learns that projecti
 the only thing trained and saved, so the saved student is exactly a plain one: what it learns from the teacher's
 states is in its weights, and prediction costs nothing more.
 
-The states are kept like the targets (``targets.TargetStore``), in their own folder beside them (``STATES_SUFFIX``),
-so a teacher's tag targets made without states are reused and only the states are computed.
+With ``distill.sentence_state_weight`` > 0 the same holds per text for classification tasks: the teacher keeps the
+pooled state its classification head reads, and the task's loss gains that weight times the mean squared difference
+between the student's pooled state and the teacher's, on a projection of its own (sentence states are spread
+unlike word states). A sentence's state is stored as a (1, D) word state, so the checks and projection are shared.
+
+The states are kept like the targets (``targets.TargetStore``), in their own folders beside them (``STATES_SUFFIX``,
+``SENTENCE_STATES_SUFFIX``), so a teacher's tag targets made without states are reused and only the states are
+computed.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from mtl_decoder.errors import UserError
 STATE_PART = "@states"
 """A text's entry of the state store holds, per tagging task T, the part ``T@states``: its (W, D) word states."""
 STATES_SUFFIX = "-states"
-"""The state store's folder: the teacher fingerprint's target folder name with this suffix."""
+"""The word-state store's folder: the teacher fingerprint's target folder name with this suffix."""
+SENTENCE_STATES_SUFFIX = "-sentence-states"
+"""The sentence-state store's folder (distill.sentence_state_weight), likewise."""
 FIT_WORDS = 200_000
 """At most this many word states (the first, in the run's text order) make the projection."""
 
@@ -83,9 +91,10 @@ class StateProjection:
         }
 
 
-def fit_projection(states: Iterable[torch.Tensor], width: int) -> StateProjection:
+def fit_projection(states: Iterable[torch.Tensor], width: int, key: str = "distill.state_weight") -> StateProjection:
     """The projection of teacher word states (each (W, D)) onto their top ``width`` principal directions, fitted on
-    the first FIT_WORDS of them in float64. Refused where the teacher's states are narrower than the student."""
+    the first FIT_WORDS of them in float64. Refused where the teacher's states are narrower than the student
+    (``key``: the config key the errors name)."""
     rows, total = [], 0
     for s in states:
         if total >= FIT_WORDS:
@@ -93,18 +102,18 @@ def fit_projection(states: Iterable[torch.Tensor], width: int) -> StateProjectio
         rows.append(s[: FIT_WORDS - total].double())
         total += rows[-1].shape[0]
     if total == 0:
-        raise UserError("distill.state_weight: the teacher gave no word states (the student has no tagging text)")
+        raise UserError(f"{key}: the teacher gave no states (the student has no text of the task)")
     table = torch.cat(rows)  # (N, D)
     if table.shape[1] < width:
         raise UserError(
-            f"distill.state_weight: the teacher's word states are {table.shape[1]} wide, narrower than the student's "
+            f"{key}: the teacher's states are {table.shape[1]} wide, narrower than the student's "
             f"model.d_model {width}: a projection to the student's width needs a teacher at least as wide"
         )
     mean, directions, explained = principal_axes(table, width)
     projected = (table - mean) @ directions.T
     rms = float(projected.square().mean().sqrt())
     if not rms > 0:
-        raise UserError("distill.state_weight: the teacher's word states are all equal: there is nothing to learn")
+        raise UserError(f"{key}: the teacher's states are all equal: there is nothing to learn")
     return StateProjection(mean, directions, 1.0 / rms, explained, total)
 
 

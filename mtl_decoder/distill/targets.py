@@ -201,11 +201,12 @@ def _entries(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tens
 class TeacherLabeller:
     """Runs a saved teacher over texts and gives each text's targets; ``forwards`` counts its batches.
 
-    ``states``: each tagging task's targets come with its word states (``states.state_part``: the (W, D) state its
-    head reads at each word)."""
+    ``word_states``: each tagging task's targets come with its word states (``states.state_part``: the (W, D) state
+    its head reads at each word); ``sentence_states``: each classification task's with its (1, D) pooled state."""
 
-    def __init__(self, saved: SavedModel, batch_size: int, states: bool = False):
-        self.saved, self.batch_size, self.states = saved, batch_size, states
+    def __init__(self, saved: SavedModel, batch_size: int, word_states: bool = False, sentence_states: bool = False):
+        self.saved, self.batch_size = saved, batch_size
+        self.word_states, self.sentence_states = word_states, sentence_states
         self.model = saved.model
         self.tasks = self.model.task_names
         self.collate = collator_for(saved.config.model, saved.encoder.pad_id, {})
@@ -231,7 +232,7 @@ class TeacherLabeller:
     def _run(self, encoded: list) -> list[dict[str, torch.Tensor]]:
         batch = self.collate([EncodedExample.unlabelled(e) for e in encoded])
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        out = self.model(**batch, tasks=self.tasks, keep_hidden=self.states)
+        out = self.model(**batch, tasks=self.tasks, keep_hidden=self.word_states or self.sentence_states)
         self.forwards += 1
         targets: list[dict[str, torch.Tensor]] = [{} for _ in encoded]
         for task in self.tasks:
@@ -240,12 +241,15 @@ class TeacherLabeller:
                 probs = out.logits[task].float().softmax(-1)  # (n, L)
                 for r, p in zip(rows, probs, strict=True):
                     targets[r][task] = p.to("cpu", STORE_DTYPE)
+                if self.sentence_states:  # the pooled state the head reads, as one (1, D) "word"
+                    for r, h in zip(rows, out.hidden[task], strict=True):
+                        targets[r][state_part(task)] = h[None].to("cpu", STORE_DTYPE)
                 continue
             word_read = batch["word_read"][out.examples[task]]
             probs, mask = self.word_distributions(task, out.logits[task], word_read)
             for r, p, n in zip(rows, probs, mask.sum(1).tolist(), strict=True):
                 targets[r][task] = p[:n].to("cpu", STORE_DTYPE)  # (W_r, L)
-            if self.states:
+            if self.word_states:
                 hidden = word_level(out.hidden[task], word_read)[0]  # (n, W, D): read where the tags are read
                 for r, h, n in zip(rows, hidden, mask.sum(1).tolist(), strict=True):
                     targets[r][state_part(task)] = h[:n].to("cpu", STORE_DTYPE)  # (W_r, D)

@@ -45,7 +45,8 @@ class MTLOutput:
     layout: RouteLayout | None = None
     """Which examples and token positions the gates' rows are."""
     hidden: dict[str, torch.Tensor] = field(default_factory=dict)
-    """Per tagging task, with ``keep_hidden``: the (n_k, T, C) states its head reads (after the final norm)."""
+    """Per task, with ``keep_hidden``: what its head reads (after the final norm): (n_k, T, C) states for tagging,
+    the (n_k, C) pooled state for classification."""
 
 
 class MultiTaskModel(nn.Module):
@@ -134,7 +135,7 @@ class MultiTaskModel(nn.Module):
         (the collator's, from the encoder's WordAlignment; the CRF loss needs it). ``features``: per-word inputs
         from the collator (token_word, char_ids, shape_ids, hash_ids), passed to the trunk.
         ``route_examples``: task -> (B,) bool, examples whose task route runs besides those with its label (cgc/mmoe
-        route only those; distillation adds the examples that carry a teacher target). ``keep_hidden``: each tagging
+        route only those; distillation adds the examples that carry a teacher target). ``keep_hidden``: each
         task's head input is kept in ``out.hidden`` (distillation's state targets)."""
         attention_mask = attention_mask.bool()
         B = input_ids.shape[0]
@@ -160,7 +161,7 @@ class MultiTaskModel(nn.Module):
             examples = layout.row_example[rows]
             if self.task(name).kind == CLASSIFICATION:
                 hidden = self._pool(hidden, attention_mask[examples])  # (n_k, C)
-            elif keep_hidden:
+            if keep_hidden:
                 out.hidden[name] = hidden
             out.logits[name] = self.heads[name](hidden)
             out.examples[name] = examples

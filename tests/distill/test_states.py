@@ -3,7 +3,8 @@
 The loss against a float64 loop; the projection against numpy's PCA; through the CLI, the states the teacher stored
 against its head's input read by a forward hook, the student pulled towards them (closer than the same student
 without the loss), a saved student with exactly a plain student's weights, a second run that runs no teacher
-batch, and the refusals in one line.
+batch, and the refusals in one line. The same for the sentence states (``distill.sentence_state_weight``): the
+stored states against the classification head's pooled input, the pull towards them, the refusal.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from safetensors.torch import load_file
 from mtl_decoder.cli import main
 from mtl_decoder.config import load_config
 from mtl_decoder.data.batching import EncodedExample, collator_for
-from mtl_decoder.distill.states import STATES_SUFFIX, check_states, fit_projection, state_loss, state_part
+from mtl_decoder.distill.states import (
+    SENTENCE_STATES_SUFFIX,
+    STATES_SUFFIX,
+    check_states,
+    fit_projection,
+    state_loss,
+    state_part,
+)
 from mtl_decoder.distill.targets import TargetStore, text_key
 from mtl_decoder.errors import ConfigError
 from mtl_decoder.saved import load_model
@@ -179,3 +187,79 @@ def test_refusals_are_one_line_before_any_work(work, tmp_path, capsys):
         assert main(args) == 2
         err = capsys.readouterr().err
         assert says in err and "distill.state_weight" in err and not (tmp_path / out / "best").exists()
+
+
+# --- sentence states (distill.sentence_state_weight): the classification heads' pooled inputs, per text
+
+
+def pooled_inputs(model_dir: Path, texts: list[str], task: str = "sentiment") -> torch.Tensor:
+    """(n, C) each text's pooled state as the model's classification head receives it (a forward hook)."""
+    saved = load_model(model_dir, device="cpu")
+    seen = []
+    hook = saved.model.heads[task].register_forward_hook(lambda _m, args, _out: seen.append(args[0]))
+    collate = collator_for(saved.config.model, saved.encoder.pad_id, {})
+    batch = collate([EncodedExample.unlabelled(e) for e in saved.encoder.encode_batch(texts)])
+    with torch.inference_mode():
+        out = saved.model(**batch, tasks=[task])
+    hook.remove()
+    (hidden,) = seen
+    return hidden[torch.argsort(out.examples[task])]  # in the texts' order
+
+
+def reviews(n: int | None = None) -> list[str]:
+    lines = (FIXTURES / "sentiment_train.jsonl").read_text(encoding="utf-8").splitlines()[:n]
+    return [json.loads(line)["text"] for line in lines]
+
+
+def test_the_teacher_stores_its_pooled_sentence_states_apart(work, tmp_path):
+    cache = tmp_path / "cache"
+    record = distill(work, tmp_path / "student", cache, "distill.sentence_state_weight=1.0")
+    assert "states" not in record and record["sentence_states"]["teacher_width"] == 32
+    assert record["sentence_states"]["width"] == 16 and 0 < record["sentence_states"]["explained_variance"] < 1
+    store = TargetStore(cache / f"{record['fingerprint']}{SENTENCE_STATES_SUFFIX}", check=check_states)
+    texts = reviews(8)
+    store.load([text_key(t) for t in texts])
+    want = pooled_inputs(work / "teacher" / "best", texts)
+    for text, row in zip(texts, want, strict=True):
+        entry = store.get(text_key(text))
+        assert set(entry) == {state_part("sentiment")}  # no word state in the sentence store
+        got = entry[state_part("sentiment")]
+        assert got.dtype == torch.float16 and got.shape == (1, 32)
+        assert torch.allclose(got[0].float(), row, atol=2e-3, rtol=2e-3)
+    assert not (cache / f"{record['fingerprint']}{STATES_SUFFIX}").exists()  # word states were not asked for
+    card = (tmp_path / "student" / "best" / "README.md").read_text()
+    assert "sentence states (its classification heads' pooled inputs, 32 wide)" in card
+    # both kinds at once: the teacher runs again for the missing word states; the sentence states' projection is
+    # fitted on the same cached states
+    both = distill(work, tmp_path / "both", cache, "distill.sentence_state_weight=1.0", "distill.state_weight=1.0")
+    assert both["targets"]["computed"] == both["targets"]["texts"] - both["targets"]["repeated"]
+    assert both["sentence_states"] == record["sentence_states"] and both["states"]["width"] == 16
+
+
+def test_the_sentence_state_loss_pulls_the_students_pooled_states_towards_the_teachers(work, tmp_path):
+    cache, steps = tmp_path / "cache", ["training.max_steps=30", "training.eval_every=30"]
+    record = distill(work, tmp_path / "with", cache, "distill.sentence_state_weight=5.0", *steps)
+    distill(work, tmp_path / "without", cache, *steps)
+    texts = transfer_set()
+    teacher = pooled_inputs(work / "teacher" / "best", texts)
+    projection = fit_projection([teacher], 16)  # as the run fitted it, on the same texts' float16-stored states
+    assert abs(projection.explained - record["sentence_states"]["explained_variance"]) < 1e-3
+    target = projection(teacher).float()
+
+    def distance(run: str) -> float:
+        return float((pooled_inputs(tmp_path / run / "best", texts) - target).square().mean())
+
+    assert distance("with") < 0.8 * distance("without")
+
+
+def test_sentence_states_are_refused_without_a_classification_task(work, tmp_path, capsys):
+    with pytest.raises(ConfigError, match="sentence_state_weight"):
+        load_config(work / "student.yaml", ["distill.sentence_state_weight=-0.5"])
+    only_ner = write_config(tmp_path / "ner.yaml", {"d_model": 16}, [t for t in tiny_tasks() if t["name"] == "ner"])
+    args = ["distill", "--teacher", str(work / "teacher" / "best"), "--config", str(only_ner), "--output-dir",
+            str(tmp_path / "out"), f"distill.cache_dir={tmp_path / 'cache'}", "distill.sentence_state_weight=1",
+            *STEPS]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "distill.sentence_state_weight" in err and "has no classification task" in err
+    assert not (tmp_path / "out" / "best").exists()
