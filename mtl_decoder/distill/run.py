@@ -39,8 +39,9 @@ from mtl_decoder.distill.states import (
     StateProjection,
     check_states,
     fit_projection,
-    state_loss,
+    head_state_loss,
     state_part,
+    task_of,
 )
 from mtl_decoder.distill.targets import Item, TargetStore, TeacherLabeller, default_cache_root, teacher_fingerprint
 from mtl_decoder.distill.targets import text_key as key_of
@@ -340,7 +341,7 @@ class DistillTrainer(Trainer):
                         stores[0].put(keys[i], {n: t for n, t in targets.items() if n not in states})
                     for kind, store in state_stores.items():
                         if keys[i] not in store:
-                            store.put(keys[i], {n: t for n, t in states.items() if self._kind_of(n) == kind})
+                            store.put(keys[i], {n: t for n, t in states.items() if self.kinds[task_of(n)] == kind})
                 for store in stores:
                     store.flush()
                 for store in stores[1:]:
@@ -403,24 +404,12 @@ class DistillTrainer(Trainer):
                 kd = classification_divergence(out.logits[task], probs[rows], mask[rows], self.spec)
             loss = mix(kd, out.losses.get(task), self.spec.alpha)
             if state_part(task) in targets:
-                regression = self._state_loss(task, kind, out, batch, targets[state_part(task)])
+                states, has = targets[state_part(task)]
+                word_read = batch["word_read"][rows] if kind == TAGGING else None
+                regression = head_state_loss(out.hidden[task], word_read, states[rows], has[rows])
                 if regression is not None:
                     weighted = self.state_weights[kind] * regression
                     loss = weighted if loss is None else loss + weighted
             if loss is not None:
                 losses[task] = loss
         return losses
-
-    def _kind_of(self, part: str) -> str:
-        """The kind of the task a state part (``state_part(task)``) belongs to."""
-        return self.kinds[part.removesuffix(STATE_PART)]
-
-    def _state_loss(self, task: str, kind: str, out, batch: dict[str, Any], target) -> torch.Tensor | None:
-        """The student's head input against the teacher's projected states: per word (tagging), per text."""
-        states, has = target
-        rows = out.examples[task]
-        if kind == TAGGING:
-            hidden, _, words = word_level(out.hidden[task], batch["word_read"][rows])  # (n, W, d)
-            return state_loss(hidden, words, states[rows], has[rows])
-        mask = has[rows][:, None]  # (n, 1): a text's pooled state as its one word
-        return state_loss(out.hidden[task][:, None], mask, states[rows][:, None], mask)

@@ -33,6 +33,7 @@ import torch
 
 from mtl_decoder.distill.lexicon import principal_axes
 from mtl_decoder.errors import UserError
+from mtl_decoder.model.heads import word_level
 
 STATE_PART = "@states"
 """A text's entry of the state store holds, per tagging task T, the part ``T@states``: its (W, D) word states."""
@@ -46,6 +47,11 @@ FIT_WORDS = 200_000
 
 def state_part(task: str) -> str:
     return f"{task}{STATE_PART}"
+
+
+def task_of(part: str) -> str:
+    """The task a state part (``state_part(task)``) belongs to."""
+    return part.removesuffix(STATE_PART)
 
 
 def check_states(tensors: dict[str, torch.Tensor]) -> str | None:
@@ -132,3 +138,18 @@ def state_loss(
     squared = (hidden[keep, :W].float() - teacher[keep, :W].float()).square().mean(-1)  # (n', W)
     per_word = squared * mask[keep]
     return (per_word.sum(1) / mask[keep].sum(1)).mean()
+
+
+def head_state_loss(
+    hidden: torch.Tensor, word_read: torch.Tensor | None, teacher: torch.Tensor, has: torch.Tensor
+) -> torch.Tensor | None:
+    """``state_loss`` of a task head's input against the teacher's projected states.
+
+    Tagging: hidden (n, T, d) read at each word's position ``word_read`` (n, W), teacher (n, W', d), has (n, W').
+    Classification (``word_read`` None): hidden (n, d) the pooled state, teacher (n, d), has (n,), a text's state
+    taken as its one word."""
+    if word_read is not None:
+        states, _, words = word_level(hidden, word_read)  # (n, W, d)
+        return state_loss(states, words, teacher, has)
+    mask = has[:, None]  # (n, 1)
+    return state_loss(hidden[:, None], mask, teacher[:, None], mask)
