@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -66,38 +67,54 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 _MISSING = object()
 
 
+def _section(name: str) -> tuple[Any, bool]:
+    """A top-level section's default value and whether the section is optional (None unless given, as distill)."""
+    spec = {f.name: f for f in dataclasses.fields(ExperimentConfig)}.get(name)
+    if spec is None:
+        return _MISSING, False
+    if spec.default_factory is not dataclasses.MISSING:
+        return spec.default_factory(), False
+    kinds = typing.get_args(typing.get_type_hints(ExperimentConfig).get(name))
+    section = next((k for k in kinds if dataclasses.is_dataclass(k)), None)
+    if spec.default is not None or section is None:
+        return _MISSING, False
+    return section(), True
+
+
 def key_default(key: str) -> Any:
     """The default of a dotted config key.
 
-    The value a dotted key (``model.trunk.layers``) takes in a config that leaves it out; _MISSING for keys with
-    no default of their own (tasks.*, distill.*)."""
-    node: Any = None
-    for i, part in enumerate(key.split(".")):
-        if i == 0:
-            fields = {f.name: f for f in dataclasses.fields(ExperimentConfig)}
-            spec = fields.get(part)
-            if spec is None or spec.default_factory is dataclasses.MISSING:
-                return _MISSING
-            node = spec.default_factory()
-        elif dataclasses.is_dataclass(node) and part in {f.name for f in dataclasses.fields(node)}:
-            node = getattr(node, part)
-        else:
+    The value a dotted key (``model.trunk.layers``, ``distill.state_weight``) takes in a config that leaves it out
+    (an optional section's keys: within the section); _MISSING for keys with no default of their own (tasks.*,
+    distill.teacher)."""
+    first, *rest = key.split(".")
+    node, _ = _section(first)
+    for part in rest:
+        if not (dataclasses.is_dataclass(node) and part in {f.name for f in dataclasses.fields(node)}):
             return _MISSING
+        node = getattr(node, part)
     return node
 
 
 def changed_keys(stored: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Keys whose value differs.
 
-    A key the stored config lacks counts as its default: the run was started by a
-    version before the key existed, and a new key's default is always the behaviour from before it."""
+    A key the stored config lacks counts as its default: the run was started by a version before the key existed,
+    and a new key's default is always the behaviour from before it. Not so for a whole optional section the stored
+    config lacks (a plain run resumed as a distilled one changes what it is)."""
     old, now = flatten(stored), flatten(new)
     keys = sorted(set(old) | set(now))
+
+    def added_at_default(k: str) -> bool:
+        section = k.split(".")[0]
+        if _section(section)[1] and not isinstance(stored.get(section), dict):
+            return False
+        return now[k] is None or now[k] == key_default(k)
+
     return {
         k: (old.get(k), now.get(k))
         for k in keys
-        if old.get(k, _MISSING) != now.get(k, _MISSING)
-        and not (k not in old and (now[k] is None or now[k] == key_default(k)))
+        if old.get(k, _MISSING) != now.get(k, _MISSING) and not (k not in old and added_at_default(k))
     }
 
 

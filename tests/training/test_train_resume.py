@@ -140,6 +140,13 @@ def test_a_key_added_since_the_run_began_resumes_at_its_default_and_is_refused_o
         "model.trunk.train_top": (None, 4),
     }
     assert changed_keys(stored, {**same, "distill": {"alpha": 0.5}}) == {"distill.alpha": (None, 0.5)}  # no default
+    # a distilled run stored before distill.sentence_state_weight existed: the key at its default changes nothing
+    distilled = {**stored, "distill": {"teacher": "t/best", "state_weight": 1.0}}
+    later = {**same, "distill": {"teacher": "t/best", "state_weight": 1.0, "sentence_state_weight": 0.0}}
+    assert changed_keys(distilled, later) == {}
+    assert changed_keys(distilled, {**later, "distill": {**later["distill"], "sentence_state_weight": 1.0}}) == {
+        "distill.sentence_state_weight": (None, 1.0)
+    }
 
 
 def test_a_run_its_time_budget_stopped_goes_on_when_the_budget_is_raised(make_config, tmp_path, tiny_run):
