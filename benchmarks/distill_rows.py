@@ -204,6 +204,30 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0", "distill.sentence_state_weight=1.0"],
         "distill_small_states with the teacher's pooled sentence states as a second SST-2 target (weight 1)",
     ),
+    # the sentence states at the three passes, with two and three PLE layers
+    "distill_small_states_long_sent": (
+        "ple.yaml",
+        [
+            *SMALL,
+            "distill.teacher_precision=int8",
+            "distill.state_weight=1.0",
+            "distill.sentence_state_weight=1.0",
+            "training.max_steps=19500",
+        ],
+        "distill_small_states_long with the teacher's pooled sentence states as a second SST-2 target",
+    ),
+    "distill_small3_states_long_sent": (
+        "ple.yaml",
+        [
+            *[o for o in SMALL if not o.startswith("model.n_layers=")],
+            "model.n_layers=3",
+            "distill.teacher_precision=int8",
+            "distill.state_weight=1.0",
+            "distill.sentence_state_weight=1.0",
+            "training.max_steps=19500",
+        ],
+        "distill_small3_states_long with the teacher's pooled sentence states as a second SST-2 target",
+    ),
     # the fast student loses to its teacher on unseen names (novelty.json): the lever that carries knowledge of unseen
     # words, at the three passes that were the largest lever so far
     "distill_small_states_long_lex_embed": (
