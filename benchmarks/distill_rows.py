@@ -204,6 +204,17 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0", "distill.sentence_state_weight=1.0"],
         "distill_small_states with the teacher's pooled sentence states as a second SST-2 target (weight 1)",
     ),
+    "distill_small_states_sent_seed1": (
+        "ple.yaml",
+        [
+            *SMALL,
+            "distill.teacher_precision=int8",
+            "distill.state_weight=1.0",
+            "distill.sentence_state_weight=1.0",
+            "training.seed=1",
+        ],
+        "distill_small_states_sent at seed 1",
+    ),
     # the sentence states at the three passes, with two and three PLE layers
     "distill_small_states_long_sent": (
         "ple.yaml",
