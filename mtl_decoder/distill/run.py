@@ -360,13 +360,13 @@ class DistillTrainer(Trainer):
         give the same projection on resume); the states are then read a shard at a time and only their projection
         kept, at the student's width."""
         parts = [state_part(t) for t, k in self.kinds.items() if k == kind]
-        key = f"distill.{STATE_KEYS[kind]}"
+        setting = f"distill.{STATE_KEYS[kind]}"
         in_order = (entry[p] for entry in store.scan(keys) for p in parts if p in entry)
-        projection = self.projections[kind] = fit_projection(in_order, self.cfg.model.d_model, key)
+        projection = self.projections[kind] = fit_projection(in_order, self.cfg.model.d_model, setting)
         store.load(keys, transform=lambda part, t: projection(t) if part in parts else t)
         lost = sum(key not in store.memory for key in set(keys))
         if lost:  # a shard damaged since it was verified: set aside (with its warning), its texts labelled next run
-            raise UserError(f"{key}: {lost} texts' teacher states were unreadable; run the command again")
+            raise UserError(f"{setting}: {lost} texts' teacher states were unreadable; run the command again")
         for entry, key in zip(found, keys, strict=True):
             entry.update(store.get(key))
         store.forget()

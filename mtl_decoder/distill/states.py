@@ -36,7 +36,8 @@ from mtl_decoder.errors import UserError
 from mtl_decoder.model.heads import word_level
 
 STATE_PART = "@states"
-"""A text's entry of the state store holds, per tagging task T, the part ``T@states``: its (W, D) word states."""
+"""A text's entry of a state store holds, per task T, the part ``T@states``: its (W, D) word states (tagging) or
+its (1, D) pooled state (classification)."""
 STATES_SUFFIX = "-states"
 """The word-state store's folder: the teacher fingerprint's target folder name with this suffix."""
 SENTENCE_STATES_SUFFIX = "-sentence-states"
