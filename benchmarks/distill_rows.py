@@ -227,6 +227,45 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         ],
         "distill_small_states_long with the teacher's pooled sentence states as a second SST-2 target",
     ),
+    **{
+        f"distill_small_states_long_sent_seed{seed}": (
+            "ple.yaml",
+            [
+                *SMALL,
+                "distill.teacher_precision=int8",
+                "distill.state_weight=1.0",
+                "distill.sentence_state_weight=1.0",
+                "training.max_steps=19500",
+                f"training.seed={seed}",
+            ],
+            f"distill_small_states_long_sent at seed {seed}",
+        )
+        for seed in (1, 2)
+    },
+    # the sentence-state weight (1 was a first choice) and the lexicon, each on top of distill_small_states_long_sent
+    "distill_small_states_long_sent_sw3": (
+        "ple.yaml",
+        [
+            *SMALL,
+            "distill.teacher_precision=int8",
+            "distill.state_weight=1.0",
+            "distill.sentence_state_weight=3.0",
+            "training.max_steps=19500",
+        ],
+        "distill_small_states_long_sent with the sentence-state loss weighted 3",
+    ),
+    "distill_small_states_long_sent_lex_embed": (
+        "ple.yaml",
+        [
+            *SMALL,
+            *LEX_EMBED,
+            "distill.teacher_precision=int8",
+            "distill.state_weight=1.0",
+            "distill.sentence_state_weight=1.0",
+            "training.max_steps=19500",
+        ],
+        "distill_small_states_long_sent, its tokenizer and table the teacher's (token embeddings, PCA to 128)",
+    ),
     "distill_small3_states_long_sent": (
         "ple.yaml",
         [

@@ -72,6 +72,13 @@ def test_each_distill_row_validates(name):
     lexicon = load_config(REPO / "configs" / "bench" / config, overrides).model.lexicon
     assert lexicon.enabled == ("_lex_" in name)
     if "_lex_" in name:  # distill_small's student plus the lexicon's keys (and seed, teacher precision, states, steps)
-        kept = ("model.lexicon.", "training.seed=", "distill.teacher_", "distill.state_weight=", "training.max_steps=")
+        kept = (
+            "model.lexicon.",
+            "training.seed=",
+            "distill.teacher_",
+            "distill.state_weight=",
+            "distill.sentence_state_weight=",
+            "training.max_steps=",
+        )
         rest = [o for o in overrides if not o.startswith(kept)]
         assert rest == DISTILL.DISTILL_MODELS["distill_small"][1]
