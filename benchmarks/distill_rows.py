@@ -242,7 +242,7 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         )
         for seed in (1, 2)
     },
-    # the sentence-state weight (1 was a first choice) and the lexicon, each on top of distill_small_states_long_sent
+    # the state losses' weights (1 was a first choice) and the lexicon, each on top of distill_small_states_long_sent
     "distill_small_states_long_sent_sw3": (
         "ple.yaml",
         [
@@ -253,6 +253,17 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
             "training.max_steps=19500",
         ],
         "distill_small_states_long_sent with the sentence-state loss weighted 3",
+    ),
+    "distill_small_states_long_sent_w3": (
+        "ple.yaml",
+        [
+            *SMALL,
+            "distill.teacher_precision=int8",
+            "distill.state_weight=3.0",
+            "distill.sentence_state_weight=1.0",
+            "training.max_steps=19500",
+        ],
+        "distill_small_states_long_sent with the word-state loss weighted 3",
     ),
     "distill_small_states_long_sent_lex_embed": (
         "ple.yaml",
