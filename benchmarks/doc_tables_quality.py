@@ -10,7 +10,7 @@ from doc_sources import DASH, fmt, lookup
 
 from mtl_decoder.config.schema import DistillConfig
 
-FEATURED_STUDENTS = ("distill_small_states_long",)
+FEATURED_STUDENTS = ("distill_small_states_long_sent",)
 """quality_states.json's students the README's summary shows: the recipe files' rows."""
 DISTILL_DEFAULTS = (DistillConfig().temperature, DistillConfig().alpha)
 """distill.temperature and distill.alpha's defaults: the README's students are the rows run at them."""

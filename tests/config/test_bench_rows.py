@@ -59,7 +59,7 @@ def test_the_hybrid_recipe_files_are_the_rows_that_measured_them(recipe, row):
 
 
 def test_the_fast_student_recipe_is_the_row_that_measured_it():
-    config, overrides, _ = DISTILL.DISTILL_MODELS["distill_small_states_long"]
+    config, overrides, _ = DISTILL.DISTILL_MODELS["distill_small_states_long_sent"]
     same_dir = ["training.output_dir=runs/x", "training.max_minutes=200"]  # the cap: quality.py's --minutes
     measured = load_config(REPO / "configs" / "bench" / config, [*overrides, *same_dir])
     assert load_config(REPO / "configs" / "distill_fast.yaml", same_dir).to_yaml() == measured.to_yaml()
