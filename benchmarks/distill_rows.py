@@ -215,19 +215,21 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         ],
         "distill_small_states_sent at seed 1",
     ),
-    # the two state losses' weights (1 each was a first choice), one pass, beside distill_small_states_sent
+    # the two state losses' weights (1 each was a first choice), one pass, beside distill_small_states_sent (seeds 0, 1)
     **{
-        f"distill_small_states_sent_{name}": (
+        f"distill_small_states_sent_{name}{suffix}": (
             "ple.yaml",
             [
                 *SMALL,
                 "distill.teacher_precision=int8",
                 f"distill.state_weight={word}",
                 f"distill.sentence_state_weight={sentence}",
+                *([f"training.seed={seed}"] if seed else []),
             ],
-            f"distill_small_states_sent with the {which}-state loss weighted 3",
+            f"distill_small_states_sent with the {which}-state loss weighted 3" + (f", seed {seed}" if seed else ""),
         )
         for name, word, sentence, which in (("w3", 3.0, 1.0, "word"), ("sw3", 1.0, 3.0, "sentence"))
+        for seed, suffix in ((0, ""), (1, "_seed1"))
     },
     # the sentence states at the three passes, with two and three PLE layers
     "distill_small_states_long_sent": (
