@@ -397,7 +397,7 @@ def distill_facts(run_dir: Path) -> dict:
         "unlabelled": facts["unlabelled"],
         "targets_computed": targets["computed"],
         "teacher_minutes": targets.get("seconds", 0.0) / 60,
-        **({"states": facts["states"]} if "states" in facts else {}),
+        **{key: facts[key] for key in ("states", "sentence_states") if key in facts},
         **lexicon_facts(run_dir),
     }
 
