@@ -4,6 +4,7 @@ overrides loads and validates, so a row cannot fail only after the hours of the 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,16 @@ def test_each_distill_row_validates(name):
         )
         rest = [o for o in overrides if not o.startswith(kept)]
         assert rest == DISTILL.DISTILL_MODELS["distill_small"][1]
+
+
+def test_a_distill_row_keeps_both_kinds_of_state_record(tmp_path):
+    """A row's result keeps what distill.json says of each kind of state target, and no kind the run did not use."""
+    word = {"weight": 1.0, "teacher_width": 256, "width": 128}
+    sentence = {"weight": 3.0, "teacher_width": 256, "width": 128}
+    facts = {"folder": "t", "fingerprint": "f", "temperature": 2.0, "alpha": 0.5, "soft": True, "unlabelled": {}}
+    facts["targets"] = {"texts": 10, "computed": 0}
+    (tmp_path / "distill.json").write_text(json.dumps({**facts, "states": word, "sentence_states": sentence}))
+    row = DISTILL.distill_facts(tmp_path)
+    assert (row["states"], row["sentence_states"]) == (word, sentence)
+    (tmp_path / "distill.json").write_text(json.dumps({**facts, "states": word}))
+    assert "sentence_states" not in DISTILL.distill_facts(tmp_path)
