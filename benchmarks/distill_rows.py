@@ -226,9 +226,13 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
                 f"distill.sentence_state_weight={sentence}",
                 *([f"training.seed={seed}"] if seed else []),
             ],
-            f"distill_small_states_sent with the {which}-state loss weighted 3" + (f", seed {seed}" if seed else ""),
+            f"distill_small_states_sent with {which} weighted 3" + (f", seed {seed}" if seed else ""),
         )
-        for name, word, sentence, which in (("w3", 3.0, 1.0, "word"), ("sw3", 1.0, 3.0, "sentence"))
+        for name, word, sentence, which in (
+            ("w3", 3.0, 1.0, "the word-state loss"),
+            ("sw3", 1.0, 3.0, "the sentence-state loss"),
+            ("w3sw3", 3.0, 3.0, "both state losses"),
+        )
         for seed, suffix in ((0, ""), (1, "_seed1"))
     },
     # the sentence states at the three passes, with two and three PLE layers
