@@ -263,17 +263,22 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         for seed in (1, 2)
     },
     # the state losses' weights (1 was a first choice) and the lexicon, each on top of distill_small_states_long_sent
-    "distill_small_states_long_sent_sw3": (
-        "ple.yaml",
-        [
-            *SMALL,
-            "distill.teacher_precision=int8",
-            "distill.state_weight=1.0",
-            "distill.sentence_state_weight=3.0",
-            "training.max_steps=19500",
-        ],
-        "distill_small_states_long_sent with the sentence-state loss weighted 3",
-    ),
+    **{
+        f"distill_small_states_long_sent_sw3{suffix}": (
+            "ple.yaml",
+            [
+                *SMALL,
+                "distill.teacher_precision=int8",
+                "distill.state_weight=1.0",
+                "distill.sentence_state_weight=3.0",
+                "training.max_steps=19500",
+                *([f"training.seed={seed}"] if seed else []),
+            ],
+            "distill_small_states_long_sent with the sentence-state loss weighted 3"
+            + (f", seed {seed}" if seed else ""),
+        )
+        for seed, suffix in ((0, ""), (1, "_seed1"), (2, "_seed2"))
+    },
     "distill_small_states_long_sent_w3": (
         "ple.yaml",
         [
