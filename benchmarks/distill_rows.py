@@ -43,6 +43,12 @@ LEX_EMBED = ["model.lexicon.source=teacher_embeddings"]
 """The student's tokenizer and token-embedding table inherited from the teacher's (its checkpoint's input
 embeddings, PCA to the student's width)."""
 
+
+def at_seeds(name: str, overrides: list[str], seeds: tuple[int, ...] = (1, 2)) -> dict[str, tuple[str, list[str], str]]:
+    """Row ``name`` (configs/bench/ple.yaml with ``overrides``) at other seeds: ``NAME_seedN`` for each N."""
+    return {f"{name}_seed{n}": ("ple.yaml", [*overrides, f"training.seed={n}"], f"{name} at seed {n}") for n in seeds}
+
+
 DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overrides, what it is), as MODELS
     "distill_ple": ("ple.yaml", [], "the bench-size student distilled from the teacher, the whole transfer set"),
     "distill_small": ("ple.yaml", SMALL, "the small student (d_model 128, 2 layers), the whole transfer set"),
@@ -118,28 +124,14 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         [*SMALL, "distill.teacher_precision=int8"],
         "the small student, the whole transfer set labelled by the teacher in W8A8 int8",
     ),
-    **{
-        f"distill_small_int8teacher_seed{seed}": (
-            "ple.yaml",
-            [*SMALL, "distill.teacher_precision=int8", f"training.seed={seed}"],
-            f"distill_small_int8teacher at seed {seed}",
-        )
-        for seed in (1, 2)
-    },
+    **at_seeds("distill_small_int8teacher", [*SMALL, "distill.teacher_precision=int8"]),
     # issue 35 item 1 with the best validation model: the bidirectional hybrid (issue 37) labels in W8A8 int8
     "distill_small_hybridteacher": (
         "ple.yaml",
         [*SMALL, "distill.teacher_precision=int8"],
         "the small student, the whole transfer set labelled by the bidirectional hybrid in W8A8 int8",
     ),
-    **{
-        f"distill_small_hybridteacher_seed{seed}": (
-            "ple.yaml",
-            [*SMALL, "distill.teacher_precision=int8", f"training.seed={seed}"],
-            f"distill_small_hybridteacher at seed {seed}",
-        )
-        for seed in (1, 2)
-    },
+    **at_seeds("distill_small_hybridteacher", [*SMALL, "distill.teacher_precision=int8"]),
     # issue 35 item 2 on the whole transfer set, each lever alone beside distill_small_int8teacher (same teacher,
     # targets and seed): the teacher's word states as a second target (TinyBERT's intermediate-layer loss), and the
     # teacher's token embeddings as the student's table
@@ -148,14 +140,7 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0"],
         "distill_small_int8teacher with the teacher's word states as a second target (weight 1, PCA to 128)",
     ),
-    **{
-        f"distill_small_states_seed{seed}": (
-            "ple.yaml",
-            [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0", f"training.seed={seed}"],
-            f"distill_small_states at seed {seed}",
-        )
-        for seed in (1, 2)
-    },
+    **at_seeds("distill_small_states", [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0"]),
     "distill_small_states_w3": (
         "ple.yaml",
         [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=3.0"],
@@ -168,20 +153,10 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0", "training.max_steps=19500"],
         "distill_small_states trained three times as many steps (19,500: about three passes over the transfer set)",
     ),
-    **{
-        f"distill_small_states_long_seed{seed}": (
-            "ple.yaml",
-            [
-                *SMALL,
-                "distill.teacher_precision=int8",
-                "distill.state_weight=1.0",
-                "training.max_steps=19500",
-                f"training.seed={seed}",
-            ],
-            f"distill_small_states_long at seed {seed}",
-        )
-        for seed in (1, 2)
-    },
+    **at_seeds(
+        "distill_small_states_long",
+        [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0", "training.max_steps=19500"],
+    ),
     # three teachers 0.850-0.886 CoNLL test gave students within two points of each other and three passes lifted
     # every seed: what holds the figure is the student. Its capacity, at the three passes: a third PLE layer
     # (about a third more arithmetic per word; its words_per_cpu_s says whether it stays a fast student)
@@ -247,21 +222,16 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         ],
         "distill_small_states_long with the teacher's pooled sentence states as a second SST-2 target",
     ),
-    **{
-        f"distill_small_states_long_sent_seed{seed}": (
-            "ple.yaml",
-            [
-                *SMALL,
-                "distill.teacher_precision=int8",
-                "distill.state_weight=1.0",
-                "distill.sentence_state_weight=1.0",
-                "training.max_steps=19500",
-                f"training.seed={seed}",
-            ],
-            f"distill_small_states_long_sent at seed {seed}",
-        )
-        for seed in (1, 2)
-    },
+    **at_seeds(
+        "distill_small_states_long_sent",
+        [
+            *SMALL,
+            "distill.teacher_precision=int8",
+            "distill.state_weight=1.0",
+            "distill.sentence_state_weight=1.0",
+            "training.max_steps=19500",
+        ],
+    ),
     # the state losses' weights (1 was a first choice) and the lexicon, each on top of distill_small_states_long_sent
     **{
         f"distill_small_states_long_sent_sw3{suffix}": (
