@@ -23,31 +23,15 @@ import os
 import statistics
 from pathlib import Path
 
+from distill_presets import LEX_EMBED, SMALL, at_seeds
+from distill_state_rows import STATE_ROWS
+
 REPO = Path(__file__).resolve().parents[1]
 TEACHER_ENV = "MTL_DECODER_TEACHER"
 DEFAULT_TEACHER = REPO / "benchmarks" / "runs" / "smollm2_frozen_ple" / "best"
 UNLABELLED = ("unlabelled/news.txt", "unlabelled/movie_reviews.txt")
 """The transfer set's unlabelled files under --data-root."""
 SPEED_SENTENCES, SPEED_ROUNDS = 1000, 3
-
-SMALL = [
-    "model.d_model=128",
-    "model.n_layers=2",
-    "model.n_heads=4",
-    "model.expert_hidden=256",
-    "model.word_hash_buckets=32768",
-    "model.word_hash_dim=32",
-]
-"""The small fast student: configs/bench/ple.yaml's model at d_model 128 and 2 layers, fewer hashed features."""
-LEX_EMBED = ["model.lexicon.source=teacher_embeddings"]
-"""The student's tokenizer and token-embedding table inherited from the teacher's (its checkpoint's input
-embeddings, PCA to the student's width)."""
-
-
-def at_seeds(name: str, overrides: list[str], seeds: tuple[int, ...] = (1, 2)) -> dict[str, tuple[str, list[str], str]]:
-    """Row ``name`` (configs/bench/ple.yaml with ``overrides``) at other seeds: ``NAME_seedN`` for each N."""
-    return {f"{name}_seed{n}": ("ple.yaml", [*overrides, f"training.seed={n}"], f"{name} at seed {n}") for n in seeds}
-
 
 DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overrides, what it is), as MODELS
     "distill_ple": ("ple.yaml", [], "the bench-size student distilled from the teacher, the whole transfer set"),
@@ -132,170 +116,7 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
         "the small student, the whole transfer set labelled by the bidirectional hybrid in W8A8 int8",
     ),
     **at_seeds("distill_small_hybridteacher", [*SMALL, "distill.teacher_precision=int8"]),
-    # issue 35 item 2 on the whole transfer set, each lever alone beside distill_small_int8teacher (same teacher,
-    # targets and seed): the teacher's word states as a second target (TinyBERT's intermediate-layer loss), and the
-    # teacher's token embeddings as the student's table
-    "distill_small_states": (
-        "ple.yaml",
-        [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0"],
-        "distill_small_int8teacher with the teacher's word states as a second target (weight 1, PCA to 128)",
-    ),
-    **at_seeds("distill_small_states", [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0"]),
-    "distill_small_states_w3": (
-        "ple.yaml",
-        [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=3.0"],
-        "distill_small_states with the state loss weighted 3",
-    ),
-    # the students saw each transfer text about once (6,500 steps of 32 over 194k texts) and their validation was
-    # still rising at the end: three passes, the schedule stretched to match
-    "distill_small_states_long": (
-        "ple.yaml",
-        [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0", "training.max_steps=19500"],
-        "distill_small_states trained three times as many steps (19,500: about three passes over the transfer set)",
-    ),
-    **at_seeds(
-        "distill_small_states_long",
-        [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0", "training.max_steps=19500"],
-    ),
-    # three teachers 0.850-0.886 CoNLL test gave students within two points of each other and three passes lifted
-    # every seed: what holds the figure is the student. Its capacity, at the three passes: a third PLE layer
-    # (about a third more arithmetic per word; its words_per_cpu_s says whether it stays a fast student)
-    "distill_small3_states_long": (
-        "ple.yaml",
-        [
-            *[o for o in SMALL if not o.startswith("model.n_layers=")],
-            "model.n_layers=3",
-            "distill.teacher_precision=int8",
-            "distill.state_weight=1.0",
-            "training.max_steps=19500",
-        ],
-        "distill_small_states_long with three PLE layers instead of two",
-    ),
-    # the students' widest gap to their teacher is SST-2 (validation 0.84 against 0.88) and the word states reach only
-    # the tagging head: the teacher's pooled sentence state as the classification head's second target, one pass,
-    # beside distill_small_states (same seed, targets and word states)
-    "distill_small_states_sent": (
-        "ple.yaml",
-        [*SMALL, "distill.teacher_precision=int8", "distill.state_weight=1.0", "distill.sentence_state_weight=1.0"],
-        "distill_small_states with the teacher's pooled sentence states as a second SST-2 target (weight 1)",
-    ),
-    "distill_small_states_sent_seed1": (
-        "ple.yaml",
-        [
-            *SMALL,
-            "distill.teacher_precision=int8",
-            "distill.state_weight=1.0",
-            "distill.sentence_state_weight=1.0",
-            "training.seed=1",
-        ],
-        "distill_small_states_sent at seed 1",
-    ),
-    # the two state losses' weights (1 each was a first choice), one pass, beside distill_small_states_sent (seeds 0, 1)
-    **{
-        f"distill_small_states_sent_{name}{suffix}": (
-            "ple.yaml",
-            [
-                *SMALL,
-                "distill.teacher_precision=int8",
-                f"distill.state_weight={word}",
-                f"distill.sentence_state_weight={sentence}",
-                *([f"training.seed={seed}"] if seed else []),
-            ],
-            f"distill_small_states_sent with {which} weighted 3" + (f", seed {seed}" if seed else ""),
-        )
-        for name, word, sentence, which in (
-            ("w3", 3.0, 1.0, "the word-state loss"),
-            ("sw3", 1.0, 3.0, "the sentence-state loss"),
-            ("w3sw3", 3.0, 3.0, "both state losses"),
-        )
-        for seed, suffix in ((0, ""), (1, "_seed1"))
-    },
-    # the sentence states at the three passes, with two and three PLE layers
-    "distill_small_states_long_sent": (
-        "ple.yaml",
-        [
-            *SMALL,
-            "distill.teacher_precision=int8",
-            "distill.state_weight=1.0",
-            "distill.sentence_state_weight=1.0",
-            "training.max_steps=19500",
-        ],
-        "distill_small_states_long with the teacher's pooled sentence states as a second SST-2 target",
-    ),
-    **at_seeds(
-        "distill_small_states_long_sent",
-        [
-            *SMALL,
-            "distill.teacher_precision=int8",
-            "distill.state_weight=1.0",
-            "distill.sentence_state_weight=1.0",
-            "training.max_steps=19500",
-        ],
-    ),
-    # the state losses' weights (1 was a first choice) and the lexicon, each on top of distill_small_states_long_sent
-    **{
-        f"distill_small_states_long_sent_sw3{suffix}": (
-            "ple.yaml",
-            [
-                *SMALL,
-                "distill.teacher_precision=int8",
-                "distill.state_weight=1.0",
-                "distill.sentence_state_weight=3.0",
-                "training.max_steps=19500",
-                *([f"training.seed={seed}"] if seed else []),
-            ],
-            "distill_small_states_long_sent with the sentence-state loss weighted 3"
-            + (f", seed {seed}" if seed else ""),
-        )
-        for seed, suffix in ((0, ""), (1, "_seed1"), (2, "_seed2"))
-    },
-    "distill_small_states_long_sent_w3": (
-        "ple.yaml",
-        [
-            *SMALL,
-            "distill.teacher_precision=int8",
-            "distill.state_weight=3.0",
-            "distill.sentence_state_weight=1.0",
-            "training.max_steps=19500",
-        ],
-        "distill_small_states_long_sent with the word-state loss weighted 3",
-    ),
-    "distill_small_states_long_sent_lex_embed": (
-        "ple.yaml",
-        [
-            *SMALL,
-            *LEX_EMBED,
-            "distill.teacher_precision=int8",
-            "distill.state_weight=1.0",
-            "distill.sentence_state_weight=1.0",
-            "training.max_steps=19500",
-        ],
-        "distill_small_states_long_sent, its tokenizer and table the teacher's (token embeddings, PCA to 128)",
-    ),
-    "distill_small3_states_long_sent": (
-        "ple.yaml",
-        [
-            *[o for o in SMALL if not o.startswith("model.n_layers=")],
-            "model.n_layers=3",
-            "distill.teacher_precision=int8",
-            "distill.state_weight=1.0",
-            "distill.sentence_state_weight=1.0",
-            "training.max_steps=19500",
-        ],
-        "distill_small3_states_long with the teacher's pooled sentence states as a second SST-2 target",
-    ),
-    # the fast student loses to its teacher on unseen names (novelty.json): the lever that carries knowledge of unseen
-    # words, at the three passes that were the largest lever so far
-    "distill_small_states_long_lex_embed": (
-        "ple.yaml",
-        [*SMALL, *LEX_EMBED, "distill.teacher_precision=int8", "distill.state_weight=1.0", "training.max_steps=19500"],
-        "distill_small_states_long, its tokenizer and table the teacher's (token embeddings, PCA to 128)",
-    ),
-    "distill_small_states_lex_embed": (
-        "ple.yaml",
-        [*SMALL, *LEX_EMBED, "distill.teacher_precision=int8", "distill.state_weight=1.0"],
-        "distill_small_states, its tokenizer and table the teacher's (token embeddings, PCA to 128)",
-    ),
+    **STATE_ROWS,
     # the better teacher issue 37 gave: the frozen trunk read in echo (0.864 / 0.906 test against 0.850 / 0.885),
     # in W8A8 int8, with and without its word states
     "distill_small_echoteacher_states": (

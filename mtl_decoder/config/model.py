@@ -84,6 +84,10 @@ class ModelConfig:
     words the features, the tags and the outputs see are the line's own (data/recasing.py)."""
     tagging_decoder: str = "softmax"
     """How tag sequences are decoded: 'softmax' (per token) or 'crf' (linear-chain CRF, Viterbi)."""
+    classifier_hidden: int = 0
+    """A classification task's head: 0 = a linear map of the pooled state; N = an MLP with N hidden units (Linear ->
+    GELU -> dropout -> Linear). Its cost is per text, not per word: a narrow fast trunk can still have a wide
+    sentence path. Tagging heads stay linear."""
     word_token: str = "auto"
     """Which sub-word of a word carries its tag and is read for it: 'first', 'last', or 'auto' (default: the last
     with causal attention, where only a word's last sub-word has seen the whole word; the first otherwise). A lone
@@ -126,6 +130,7 @@ class ModelConfig:
         if 0.0 < self.dropout < 2.0**-16:  # the model's dropout draws 16 bits per element (model/layers.py)
             raise ConfigError("dropout", f"{self.dropout} is below 1/65,536, the smallest dropout drawn; use 0 or more")
         check_positive("char_embedding", self.char_embedding, allow_zero=True)
+        check_positive("classifier_hidden", self.classifier_hidden, allow_zero=True)
         check_positive("word_hash_buckets", self.word_hash_buckets, allow_zero=True)
         if self.word_hash_buckets == 1:
             raise ConfigError("word_hash_buckets", "must be 0 (off) or at least 2")

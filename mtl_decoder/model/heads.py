@@ -3,7 +3,8 @@
 A ``MultiTaskModel`` decides which routes a batch runs (``route_layout``, from the variant table), asks its
 trunk for the residual stream of every route (``encode``: the native decoder, a pretrained Hugging Face trunk,
 or native layers over a frozen one), then runs each task's head on its route: a linear layer per token for
-tagging (with an optional CRF), pooled for classification. Each task's loss is masked to the examples that carry
+tagging (with an optional CRF), pooled for classification (a linear map, or a small MLP with
+``model.classifier_hidden``: work per text, not per word). Each task's loss is masked to the examples that carry
 its label and averaged per example (PLE paper, Eq. 9).
 """
 
@@ -61,7 +62,7 @@ class MultiTaskModel(nn.Module):
     def __init__(self, cfg: ModelConfig, tasks: list[TaskHeadSpec], d_model: int):
         super().__init__()
         self.cfg, self.tasks = cfg, list(tasks)
-        self.heads = nn.ModuleDict({t.name: nn.Linear(d_model, len(t.labels)) for t in tasks})
+        self.heads = nn.ModuleDict({t.name: task_head(t, d_model, cfg.classifier_hidden, cfg.dropout) for t in tasks})
         self.crfs = nn.ModuleDict(
             {t.name: CRF(list(t.labels)) for t in tasks if t.kind == TAGGING and cfg.tagging_decoder == "crf"}
         )
@@ -223,6 +224,28 @@ class MultiTaskModel(nn.Module):
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+
+def task_head(task: TaskHeadSpec, d_model: int, classifier_hidden: int = 0, dropout: float = 0.0) -> nn.Module:
+    """A task's head over what it reads: (…, d_model) -> (…, n_labels).
+
+    A linear map, per token for tagging. A classification head with ``classifier_hidden`` > 0 is Linear -> GELU ->
+    dropout -> Linear over the pooled state: a wider path than the trunk's width costs one small matrix per text, not
+    per word (``model.classifier_hidden``)."""
+    labels = len(task.labels)
+    if task.kind != CLASSIFICATION or not classifier_hidden:
+        return nn.Linear(d_model, labels)
+    return nn.Sequential(
+        nn.Linear(d_model, classifier_hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(classifier_hidden, labels)
+    )
+
+
+def init_head(head: nn.Module, std: float = 0.02) -> None:
+    """Every linear map of a head drawn from N(0, std²), biases zero (a pretrained trunk's heads: no generic init)."""
+    for module in head.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=std)
+            nn.init.zeros_(module.bias)
 
 
 def _has_label(labels: torch.Tensor) -> torch.Tensor:

@@ -85,6 +85,10 @@ def test_graph_computes_word_features_and_one_expert_layer():
     _compare(model, _batch([5, 8, 1], features=True))
 
 
+def test_graph_computes_an_mlp_classification_head():
+    _compare(_model(classifier_hidden=24), _batch([4, 6], features=False))
+
+
 def test_gates_of_ple_without_a_shared_gate_in_the_last_layer():
     names = gate_names(_model(ffn="ple", n_layers=2))
     assert names == [(0, "ner"), (0, "sent"), (0, "shared"), (1, "ner"), (1, "sent")]

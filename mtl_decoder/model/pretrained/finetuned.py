@@ -14,7 +14,7 @@ from torch import nn
 
 from mtl_decoder.config import ModelConfig, TrunkConfig
 from mtl_decoder.model.experts import ExpertBlock, Gate, RouteLayout
-from mtl_decoder.model.heads import MultiTaskModel, TaskHeadSpec
+from mtl_decoder.model.heads import MultiTaskModel, TaskHeadSpec, init_head
 from mtl_decoder.model.pretrained.adapters import (
     add_lora_to_linears,
     checkpoint_contexts,
@@ -37,8 +37,7 @@ class PretrainedDecoder(MultiTaskModel):
         self._blocks = install_expert_blocks(base, cfg, self.task_names, mode="lora" if lora else "upcycle")
         self.final_norm = nn.Identity()  # the trunk's own final norm already ran
         for head in self.heads.values():
-            nn.init.normal_(head.weight, std=0.02)
-            nn.init.zeros_(head.bias)
+            init_head(head)
         if lora:
             freeze_all_but_updates(base, cfg.trunk)
         if cfg.trunk.gradient_checkpointing:

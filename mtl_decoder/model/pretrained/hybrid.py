@@ -25,7 +25,7 @@ from mtl_decoder.config import ModelConfig
 from mtl_decoder.errors import UserError
 from mtl_decoder.model.decoder import MTLDecoder
 from mtl_decoder.model.experts import ExpertBlock, RouteLayout
-from mtl_decoder.model.heads import TaskHeadSpec
+from mtl_decoder.model.heads import TaskHeadSpec, init_head, task_head
 from mtl_decoder.model.pretrained.adapters import install_expert_blocks, routing
 from mtl_decoder.model.pretrained.finetuned import enable_gradient_checkpointing, freeze_all_but_updates
 from mtl_decoder.model.pretrained.hub import BaseIdentity, decoder_layers, keep_first_layers
@@ -94,10 +94,9 @@ class HybridDecoder(MTLDecoder):
         else:  # no native layers: the heads read the top blocks' normed output, as in modes upcycle and lora
             self.embed = nn.Identity()
             self.final_norm = nn.Identity()
-            self.heads = nn.ModuleDict({t.name: nn.Linear(H, len(t.labels)) for t in tasks})
+            self.heads = nn.ModuleDict({t.name: task_head(t, H, cfg.classifier_hidden, cfg.dropout) for t in tasks})
             for head in self.heads.values():
-                nn.init.normal_(head.weight, std=0.02)
-                nn.init.zeros_(head.bias)
+                init_head(head)
 
     def expert_blocks(self) -> list[ExpertBlock | None]:
         return [*self._blocks, *super().expert_blocks()]
