@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from doc_cells import cpu, render
 from doc_sources import RESULTS, fmt
+from doc_tables_quality import FEATURED_STUDENTS
 from frontier_points import FAMILIES, Point, frontier, gather, left_out, reference_cpu
 
 PNG = Path("plots") / "frontier.png"
@@ -54,10 +55,28 @@ class Mark(NamedTuple):
     text: str
     family: str
     hollow: bool  # speed measured on another CPU than the title's
+    labelled: bool  # every system but a distilled row off the frontier and not the recipe's (one of dozens)
 
 
-def _marks(points: list[Point], metric: str, reference: str | None) -> list[Mark]:
-    """The points with METRIC, as marks; a label ends in '*' when its speed was measured on another CPU."""
+def _row(point: Point) -> str:
+    """The results-file row a point's speed comes from ('FILE runs.ROW.words_per_cpu_s' -> 'ROW')."""
+    return point.sources["words_per_cpu_s"].split(" ", 1)[1].split(".")[1]
+
+
+def _featured(point: Point, featured: tuple[str, ...]) -> bool:
+    return any(_row(point) == row or _row(point).startswith(row + "_seed") for row in featured)
+
+
+def _marks(
+    points: list[Point], metric: str, reference: str | None, featured: tuple[str, ...] = FEATURED_STUDENTS
+) -> list[Mark]:
+    """The points with METRIC, as marks; a label ends in '*' when its speed was measured on another CPU.
+
+    The distilled rows are dozens of ablations of one student: only those on the panel's frontier and the recipe's
+    rows (``featured`` and their seeds) are labelled; the others stay as unlabelled markers (named in the table of
+    docs/benchmarks.md), so the picture can be read at a glance."""
+    scored = [p for p in points if getattr(p, metric) is not None]
+    front = set(frontier([(p.words_per_cpu_s, getattr(p, metric)) for p in scored]))
     return [
         Mark(
             p.words_per_cpu_s,
@@ -65,9 +84,9 @@ def _marks(points: list[Point], metric: str, reference: str | None) -> list[Mark
             p.name + ("*" if cpu(p.cpu) != reference else ""),
             p.family,
             cpu(p.cpu) != reference,
+            p.family != "distilled" or (p.words_per_cpu_s, getattr(p, metric)) in front or _featured(p, featured),
         )
-        for p in points
-        if getattr(p, metric) is not None
+        for p in scored
     ]
 
 
@@ -151,7 +170,7 @@ def _inset(ax, marks: list[Mark], crowd: list[Mark]):
     inside = [tuple(to_axes((m.x, m.y))) for m in marks]
     (zx0, zy0), (zx1, zy1) = to_axes((zoom[0], zoom[2])), to_axes((zoom[1], zoom[3]))
     w, h = 0.44, 0.44
-    for x0, y0 in ((0.99 - w, 0.99 - h), (0.99 - w, 0.01), (0.01, 0.99 - h), (0.01, 0.01)):
+    for x0, y0 in ((0.99 - w, 0.99 - h), (0.99 - w, 0.07), (0.08, 0.99 - h), (0.08, 0.07)):  # room for its ticks
         box = (x0 - 0.02, y0 - 0.02, x0 + w + 0.02, y0 + h + 0.02)
         clear = not any(box[0] < px < box[2] and box[1] < py < box[3] for px, py in inside)
         if clear and (zx1 < box[0] or zx0 > box[2] or zy1 < box[1] or zy0 > box[3]):
@@ -208,7 +227,7 @@ def _place_labels(ax, marks: list[Mark], obstacles: list[Box], renderer) -> None
     def crowd(i: int) -> int:
         return sum(abs(mx - markers[i][0]) < 80 and abs(my - markers[i][1]) < 40 for mx, my in markers)
 
-    for i in sorted(range(len(marks)), key=lambda i: -crowd(i)):
+    for i in sorted((i for i, m in enumerate(marks) if m.labelled), key=lambda i: -crowd(i)):
         best = None
         for dx, dy in LABEL_OFFSETS:
             far = max(abs(dx), abs(dy)) > 5
@@ -246,8 +265,8 @@ def _place_labels(ax, marks: list[Mark], obstacles: list[Box], renderer) -> None
 
 
 def _label_panel(ax, marks: list[Mark], renderer) -> None:
-    """Every mark labelled: a crowd in a zoomed inset (labelled there), the rest on the panel."""
-    crowd = _crowd(ax, marks)
+    """Every labelled mark labelled: a crowd of them in a zoomed inset (labelled there), the rest on the panel."""
+    crowd = _crowd(ax, [m for m in marks if m.labelled])
     inset = _inset(ax, marks, crowd) if crowd else None
     if inset is None:
         _place_labels(ax, marks, _frontier_boxes(ax, marks), renderer)
@@ -289,8 +308,11 @@ def draw(points: list[Point], path: Path) -> Path:
     handles.append(Line2D([], [], label="frontier: nothing both faster and better", **FRONTIER_STYLE))
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False, bbox_to_anchor=(0.5, 0.0))
     others = sorted({cpu(p.cpu) for p in points if cpu(p.cpu) != reference})
-    if others:
-        fig.text(0.99, 0.005, f"* hollow: speed measured on {', '.join(others)}", ha="right", fontsize=8, color="0.3")
+    notes = [f"* hollow: speed measured on {', '.join(others)}"] if others else []
+    if any(not m.labelled for marks in panels.values() for m in marks):
+        notes.append("unlabelled triangles: the other distilled rows (docs/benchmarks.md, the table of points)")
+    if notes:
+        fig.text(0.99, 0.005, "; ".join(notes), ha="right", fontsize=8, color="0.3")
     fig.suptitle(
         "Prediction speed against test quality" + (f"; speed on one thread of an {reference}" if reference else ""),
         fontsize=12,

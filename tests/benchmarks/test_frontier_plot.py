@@ -75,6 +75,21 @@ def test_a_point_scored_on_conll_alone_shows_on_that_panel_alone(results):
     assert sorted(on_sst2) == ["a", "spaCy CNN"]
 
 
+def test_only_the_frontier_and_the_recipe_rows_of_the_students_are_labelled(results):
+    """spaCy beats both students on CoNLL (faster and better): there only the featured row is labelled; on SST-2
+    student a is on the frontier and labelled without being featured. Peers are always labelled."""
+    points = frontier_plot.gather(results)
+    reference = frontier_plot.reference_cpu(points)
+    on_conll = {
+        m.text: m.labelled for m in frontier_plot._marks(points, "conll_f1", reference, featured=("distill_a",))
+    }
+    assert on_conll == {"a": True, "b": False, "spaCy CNN": True}
+    on_conll = {m.text: m.labelled for m in frontier_plot._marks(points, "conll_f1", reference, featured=())}
+    assert on_conll == {"a": False, "b": False, "spaCy CNN": True}
+    on_sst2 = {m.text: m.labelled for m in frontier_plot._marks(points, "sst2_acc", reference, featured=())}
+    assert on_sst2 == {"a": True, "spaCy CNN": True}
+
+
 def test_the_frontier_keeps_what_nothing_beats_on_both():
     points = [(100.0, 0.9), (200.0, 0.85), (150.0, 0.8), (300.0, 0.85), (400.0, 0.7)]
     assert frontier_plot.frontier(points) == [(400.0, 0.7), (300.0, 0.85), (100.0, 0.9)]
