@@ -191,4 +191,21 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
         )
         for seed, suffix in ((0, ""), (1, "_seed1"))
     },
+    **{
+        f"distill_small_states_long_sent_cls256{suffix}": (
+            "ple.yaml",
+            [
+                *SMALL,
+                "model.classifier_hidden=256",
+                "distill.teacher_precision=int8",
+                "distill.state_weight=1.0",
+                "distill.sentence_state_weight=1.0",
+                "training.max_steps=19500",
+                *([f"training.seed={seed}"] if seed else []),
+            ],
+            "distill_small_states_long_sent with an MLP classification head (256 hidden units)"
+            + (f", seed {seed}" if seed else ""),
+        )
+        for seed, suffix in ((0, ""), (1, "_seed1"), (2, "_seed2"))
+    },
 }
