@@ -208,4 +208,24 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
         )
         for seed, suffix in ((0, ""), (1, "_seed1"), (2, "_seed2"))
     },
+    # a wider student (d_model 192, experts 384 wide, still two layers): what width buys on SST-2 and what it costs
+    # per word, one pass, beside distill_small_states_sent and its seed 1 (the mid target's direction: >= 3,000 words
+    # per CPU-second)
+    **{
+        f"distill_wide_states_sent{suffix}": (
+            "ple.yaml",
+            [
+                *[o for o in SMALL if not o.startswith(("model.d_model=", "model.expert_hidden="))],
+                "model.d_model=192",
+                "model.expert_hidden=384",
+                "distill.teacher_precision=int8",
+                "distill.state_weight=1.0",
+                "distill.sentence_state_weight=1.0",
+                *([f"training.seed={seed}"] if seed else []),
+            ],
+            "distill_small_states_sent at d_model 192 (experts 384 wide), two layers"
+            + (f", seed {seed}" if seed else ""),
+        )
+        for seed, suffix in ((0, ""), (1, "_seed1"))
+    },
 }
