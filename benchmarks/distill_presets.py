@@ -19,3 +19,18 @@ embeddings, PCA to the student's width)."""
 def at_seeds(name: str, overrides: list[str], seeds: tuple[int, ...] = (1, 2)) -> dict[str, tuple[str, list[str], str]]:
     """Row ``name`` (configs/bench/ple.yaml with ``overrides``) at other seeds: ``NAME_seedN`` for each N."""
     return {f"{name}_seed{n}": ("ple.yaml", [*overrides, f"training.seed={n}"], f"{name} at seed {n}") for n in seeds}
+
+
+def with_seeds(
+    name: str, overrides: list[str], what: str, seeds: tuple[int, ...] = (0, 1)
+) -> dict[str, tuple[str, list[str], str]]:
+    """Row ``name`` (configs/bench/ple.yaml with ``overrides``) at each seed: seed 0 as ``name``, the others as
+    ``NAME_seedN``."""
+    return {
+        name + (f"_seed{n}" if n else ""): (
+            "ple.yaml",
+            [*overrides, *([f"training.seed={n}"] if n else [])],
+            what + (f", seed {n}" if n else ""),
+        )
+        for n in seeds
+    }

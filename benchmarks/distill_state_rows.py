@@ -4,7 +4,10 @@ in this order)."""
 
 from __future__ import annotations
 
-from distill_presets import LEX_EMBED, SMALL, at_seeds
+from distill_presets import LEX_EMBED, SMALL, at_seeds, with_seeds
+
+SENTENCE_STATES = ["distill.teacher_precision=int8", "distill.state_weight=1.0", "distill.sentence_state_weight=1.0"]
+"""The recipe's targets: the int8 teacher's distributions, its word states and its pooled sentence states."""
 
 STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overrides, what it is), as MODELS
     # issue 35 item 2 on the whole transfer set, each lever alone beside distill_small_int8teacher (same teacher,
@@ -108,22 +111,18 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
         ],
     ),
     # the state losses' weights (1 was a first choice) and the lexicon, each on top of distill_small_states_long_sent
-    **{
-        f"distill_small_states_long_sent_sw3{suffix}": (
-            "ple.yaml",
-            [
-                *SMALL,
-                "distill.teacher_precision=int8",
-                "distill.state_weight=1.0",
-                "distill.sentence_state_weight=3.0",
-                "training.max_steps=19500",
-                *([f"training.seed={seed}"] if seed else []),
-            ],
-            "distill_small_states_long_sent with the sentence-state loss weighted 3"
-            + (f", seed {seed}" if seed else ""),
-        )
-        for seed, suffix in ((0, ""), (1, "_seed1"), (2, "_seed2"))
-    },
+    **with_seeds(
+        "distill_small_states_long_sent_sw3",
+        [
+            *SMALL,
+            "distill.teacher_precision=int8",
+            "distill.state_weight=1.0",
+            "distill.sentence_state_weight=3.0",
+            "training.max_steps=19500",
+        ],
+        "distill_small_states_long_sent with the sentence-state loss weighted 3",
+        seeds=(0, 1, 2),
+    ),
     "distill_small_states_long_sent_w3": (
         "ple.yaml",
         [
@@ -175,57 +174,28 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
     # classification head is one linear map of a 128-wide pooled state where the teacher's reads 256: a wider path
     # after pooling (model.classifier_hidden: an MLP with 256 hidden units) costs per text, not per word. One pass,
     # beside distill_small_states_sent and its seed 1
-    **{
-        f"distill_small_states_sent_cls256{suffix}": (
-            "ple.yaml",
-            [
-                *SMALL,
-                "model.classifier_hidden=256",
-                "distill.teacher_precision=int8",
-                "distill.state_weight=1.0",
-                "distill.sentence_state_weight=1.0",
-                *([f"training.seed={seed}"] if seed else []),
-            ],
-            "distill_small_states_sent with an MLP classification head (256 hidden units)"
-            + (f", seed {seed}" if seed else ""),
-        )
-        for seed, suffix in ((0, ""), (1, "_seed1"))
-    },
-    **{
-        f"distill_small_states_long_sent_cls256{suffix}": (
-            "ple.yaml",
-            [
-                *SMALL,
-                "model.classifier_hidden=256",
-                "distill.teacher_precision=int8",
-                "distill.state_weight=1.0",
-                "distill.sentence_state_weight=1.0",
-                "training.max_steps=19500",
-                *([f"training.seed={seed}"] if seed else []),
-            ],
-            "distill_small_states_long_sent with an MLP classification head (256 hidden units)"
-            + (f", seed {seed}" if seed else ""),
-        )
-        for seed, suffix in ((0, ""), (1, "_seed1"), (2, "_seed2"))
-    },
+    **with_seeds(
+        "distill_small_states_sent_cls256",
+        [*SMALL, "model.classifier_hidden=256", *SENTENCE_STATES],
+        "distill_small_states_sent with an MLP classification head (256 hidden units)",
+    ),
+    **with_seeds(
+        "distill_small_states_long_sent_cls256",
+        [*SMALL, "model.classifier_hidden=256", *SENTENCE_STATES, "training.max_steps=19500"],
+        "distill_small_states_long_sent with an MLP classification head (256 hidden units)",
+        seeds=(0, 1, 2),
+    ),
     # a wider student (d_model 192, experts 384 wide, still two layers): what width buys on SST-2 and what it costs
     # per word, one pass, beside distill_small_states_sent and its seed 1 (the mid target's direction: >= 3,000 words
     # per CPU-second)
-    **{
-        f"distill_wide_states_sent{suffix}": (
-            "ple.yaml",
-            [
-                *[o for o in SMALL if not o.startswith(("model.d_model=", "model.expert_hidden="))],
-                "model.d_model=192",
-                "model.expert_hidden=384",
-                "distill.teacher_precision=int8",
-                "distill.state_weight=1.0",
-                "distill.sentence_state_weight=1.0",
-                *([f"training.seed={seed}"] if seed else []),
-            ],
-            "distill_small_states_sent at d_model 192 (experts 384 wide), two layers"
-            + (f", seed {seed}" if seed else ""),
-        )
-        for seed, suffix in ((0, ""), (1, "_seed1"))
-    },
+    **with_seeds(
+        "distill_wide_states_sent",
+        [
+            *[o for o in SMALL if not o.startswith(("model.d_model=", "model.expert_hidden="))],
+            "model.d_model=192",
+            "model.expert_hidden=384",
+            *SENTENCE_STATES,
+        ],
+        "distill_small_states_sent at d_model 192 (experts 384 wide), two layers",
+    ),
 }
