@@ -41,6 +41,7 @@ def split_trunk(base: nn.Module, start: int) -> nn.Module:
     layers = decoder_layers(base)
     embedding = base.get_input_embeddings()
     top = copy.copy(base)  # same class and attributes, so the family's own forward runs ...
+    top.__dict__.update({k: copy.copy(v) for k, v in vars(base).items() if isinstance(v, dict | set)})  # own hooks
     top._modules = {}  # ... on children of its own
     for name, child in base.named_children():
         if child is layers:

@@ -105,6 +105,20 @@ def test_the_top_blocks_attend_both_ways_when_asked(checkpoints, tmp_path):
     torch.testing.assert_close(causal.states(ids, mask), both.states(ids, mask))  # the cached blocks: causal
 
 
+def test_a_hook_on_the_top_blocks_sees_only_their_calls(checkpoints, tmp_path):
+    """The top is a shallow copy of the trunk's model: its hooks are its own, not shared with the cached part's."""
+    model, encoder = _model(checkpoints["llama"], tmp_path, "model.trunk.train_top=1", "model.n_layers=0")
+    seen: list[str] = []
+    model.top.register_forward_pre_hook(lambda _m, _a, kw: seen.append("top" if "inputs_embeds" in kw else "base"),
+                                        with_kwargs=True)  # fmt: skip
+    ids, mask = _batch(encoder)
+    model.states.base(input_ids=ids, attention_mask=mask.long())
+    assert seen == []
+    with torch.no_grad():
+        model.encode(ids, mask, model.route_layout(mask, model.task_names, None), {})
+    assert seen == ["top"]
+
+
 def test_with_the_float16_cache_step_zero_is_the_pretrained_function_to_its_rounding(checkpoints, tmp_path):
     model, encoder = _model(checkpoints["llama"], tmp_path, "model.trunk.train_top=1", "model.n_layers=0",
                             "model.attention=causal")  # fmt: skip
