@@ -3,7 +3,8 @@
     mtl-decoder quantize --model RUN/best [--calibration-texts 512] [--check-texts 0] [--alpha 0.8]
 
 Calibration: the largest activation of every smoothed channel over ``calibration_texts`` of the model's training
-texts (spread over its sources), the trunk's cached blocks in float32 (inference/smoothquant.py). Check, before
+texts (spread over its sources), the trunk's cached blocks in float32 (inference/smoothquant.py), and in mode hybrid
+its trained top blocks with their experts, the whole model run in float32 (inference/smoothquant_top.py). Check, before
 anything is written: the model's validation texts predicted in float32 and in W8A8 int8 through the same
 Predictor path; per task the share of texts whose tags (tagging) or label (classification) are identical. Under
 ``min_tags`` / ``min_labels``, int8's close texts are predicted again in float32 (inference/refine.py): the smallest
@@ -37,6 +38,7 @@ from mtl_decoder.inference.smoothquant import (
     save_scales,
     smoothing_scales,
 )
+from mtl_decoder.inference.smoothquant_top import calibrate_top, top_blocks, top_scales
 from mtl_decoder.saved import SavedModel, add_to_manifest, load_model
 
 MIN_TAGS = 0.98
@@ -97,8 +99,11 @@ def quantize_model(
             f"{model_dir}: quantize makes smoothing scales for a pretrained trunk's cached blocks (modes frozen, "
             "hybrid, echo, layer mixes); this model has none: --precision int8 quantises it as it is"
         )
-    amax = calibrate(states.base, _calibration_batches(saved, calibration_texts))
+    items = _calibration_items(saved, calibration_texts)
+    amax = calibrate(states.base, _calibration_batches(saved, items))
     scales = smoothing_scales(states.base, amax, settings)
+    if top_blocks(saved.model):  # mode hybrid: its trained top blocks too (inference/smoothquant_top.py)
+        scales |= top_scales(saved.model, _calibrate_top(saved, items, cache_dir), settings)
     texts = validation_texts(saved)
     texts = texts if check_texts <= 0 else _spread(texts, check_texts)
     exact, fast = _predictions(saved, Path(model_dir), scales, settings, texts, cache_dir)
@@ -133,8 +138,8 @@ def _spread(items: list, n: int) -> list:
     return [items[i * len(items) // n] for i in range(n)]
 
 
-def _calibration_batches(saved: SavedModel, n: int):
-    """(ids, mask) batches of ``n`` training texts spread over the model's training sources, as the trunk reads them."""
+def _calibration_items(saved: SavedModel, n: int) -> list[list[str] | str]:
+    """``n`` training texts spread over the model's training sources."""
     from mtl_decoder.data.tasks import load_split
 
     if n <= 0:
@@ -145,6 +150,11 @@ def _calibration_batches(saved: SavedModel, n: int):
     for source in sources:
         texts = [ex.words if ex.words is not None else ex.text for ex in source.examples]
         items += _spread(texts, max(1, n // len(sources)))
+    return items
+
+
+def _calibration_batches(saved: SavedModel, items: list[list[str] | str]):
+    """(ids, mask) batches of ``items`` as the trunk reads them."""
     encoded = saved.encoder.encode_batch(items)
     for i in range(0, len(encoded), CALIBRATION_BATCH):
         rows = [e.ids for e in encoded[i : i + CALIBRATION_BATCH]]
@@ -154,6 +164,13 @@ def _calibration_batches(saved: SavedModel, n: int):
         for j, r in enumerate(rows):
             ids[j, : len(r)], mask[j, : len(r)] = torch.tensor(r), 1
         yield ids, mask
+
+
+def _calibrate_top(saved: SavedModel, items: list, cache_dir: str | Path | None) -> dict[str, torch.Tensor]:
+    """The top blocks' activation ranges over ``items``, the whole model run in float32 as prediction runs it."""
+    options = InferenceOptions(precision="fp32", workers=1, cache_dir=cache_dir, refine=False)
+    predictor = Predictor.from_saved(saved, options)
+    return calibrate_top(saved.model, lambda: list(predictor.predict(items)))
 
 
 def _predictions(

@@ -13,6 +13,7 @@ from mtl_decoder.cli import main
 from mtl_decoder.hashing import sha256_file
 from mtl_decoder.inference.predictor import Predictor
 from mtl_decoder.inference.smoothquant import SCALES_FILE, Int8Linear, load_scales
+from mtl_decoder.inference.smoothquant_top import TOP, top_blocks
 from mtl_decoder.prediction import predict_texts
 from mtl_decoder.quantize import _below
 from mtl_decoder.saved import MANIFEST_FILE, load_model
@@ -38,7 +39,14 @@ def test_quantize_stores_checked_scales_that_int8_then_uses(run, capsys):
     assert set(record["agreement"]) == set(run.model.task_names) and record["calibration_texts"] == 8
     saved = load_model(best)  # the manifest still checks out
     blocks = len(saved.model.trunk_kind.cached_states().base.layers)
-    assert set(scales) == {f"{i}.{g}" for i in range(blocks) for g in ("attn_in", "o_in", "mlp_in", "down_in")}
+    cached = {f"{i}.{g}" for i in range(blocks) for g in ("attn_in", "o_in", "mlp_in", "down_in")}
+    assert {k for k in scales if not k.startswith(TOP)} == cached
+    tops = top_blocks(saved.model)  # a hybrid's trained block: its attention and every expert's down_proj input
+    assert len(tops) == (run.model.cfg.trunk.train_top if run.model.cfg.trunk.mode == "hybrid" else 0)
+    assert {k for k in scales if k.startswith(TOP)} == {
+        *(f"{TOP}{i}.{g}" for i in range(len(tops)) for g in ("attn_in", "o_in", "mlp_in")),
+        *(f"{TOP}{i}.down_in.{e}" for i, t in enumerate(tops) for e in range(len(t.experts))),
+    }
 
     again = ["quantize", "--model", str(best), "--calibration-texts", "6", "--alpha", "0.6", "--min-tags", "0",
              "--min-labels", "0"]  # fmt: skip
@@ -56,6 +64,10 @@ def test_quantize_stores_checked_scales_that_int8_then_uses(run, capsys):
     states = saved.model.trunk_kind.cached_states()
     kinds = {type(m) for b in states.base.layers for m in b.modules() if isinstance(m, torch.nn.Linear | Int8Linear)}
     assert kinds == {Int8Linear}
+    top = getattr(saved.model, "top", None)  # a hybrid's trained block too; only its gates stay float32
+    assert top is None or {n.rsplit(".", 1)[-1] for n, m in top.named_modules() if isinstance(m, torch.nn.Linear)} == {
+        "proj"
+    }
     caches = getattr(states.cache, "caches", {0: states.cache}).values()  # a hybrid's cache is one per block read
     assert all("-w8a8-" in c.directory.name for c in caches) and predictor.precision == "int8"
 

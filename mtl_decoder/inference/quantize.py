@@ -18,7 +18,8 @@ the work, and what the outputs hang on.
 
 A frozen trunk's states under int8 are cached apart from the float32 ones (``FrozenStates.set_compute``). Where
 the model folder holds SmoothQuant scales (``mtl-decoder quantize``, inference/smoothquant.py), every Linear of the
-cached trunk blocks runs int8 instead (W8A8), its states cached under their own tag. Modes
+cached trunk blocks runs int8 instead (W8A8), its states cached under their own tag, and so do a hybrid model's
+trained top blocks, attention and experts, where the scales cover them (inference/smoothquant_top.py). Modes
 ``upcycle`` and ``lora`` are not supported (their experts are grouped matrix products and peft wrappers that
 ``quantize_dynamic`` does not reach). Agreement with fp32 on real tasks: ``benchmarks/precision_agreement.py``.
 """
@@ -93,9 +94,12 @@ def quantize_int8(model: nn.Module) -> list[str]:
     smoothing = model.__dict__.get(SMOOTHING)
     if states is not None and smoothing is not None:  # W8A8 with the folder's SmoothQuant scales
         from mtl_decoder.inference.smoothquant import quantize_blocks, scales_digest
+        from mtl_decoder.inference.smoothquant_top import has_top_scales, quantize_top
 
         scales, settings = smoothing
         done += [f"trunk.{n}" for n in quantize_blocks(states.base, scales, settings)]
+        if has_top_scales(scales):  # mode hybrid's trained top blocks, where the scales cover them
+            done += quantize_top(model, scales, settings)
         states.set_compute(f"w8a8-{scales_digest(scales, settings)}")
     elif states is not None:  # the frozen trunk (or its cached lower blocks), held outside the tree
         names = {n for n, m in states.base.named_modules() if isinstance(m, nn.Linear) and _leaf(n) in TRUNK_INT8}

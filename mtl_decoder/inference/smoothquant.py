@@ -92,7 +92,7 @@ def blocks_of(base: nn.Module) -> list[nn.Module]:
     return list(layers)
 
 
-def _kv_layout(base: nn.Module) -> tuple[int, int, int]:
+def kv_layout(base: nn.Module) -> tuple[int, int, int]:
     """(key-value heads, query heads per key-value head, head width)."""
     config = base.config
     heads = config.num_attention_heads
@@ -142,7 +142,7 @@ def calibrate(base: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tenso
     return amax
 
 
-def _scale(amax_x: torch.Tensor, weights: list[torch.Tensor], alpha: float) -> torch.Tensor:
+def channel_scale(amax_x: torch.Tensor, weights: list[torch.Tensor], alpha: float) -> torch.Tensor:
     """s_j = max|X_j|^alpha / max|W_:,j|^(1-alpha), over the weights that read input channel j."""
     w = torch.stack([w.detach().float().abs().amax(0) for w in weights]).amax(0)  # (K,)
     s = amax_x.clamp(min=1e-5) ** alpha / w.clamp(min=1e-5) ** (1 - alpha)
@@ -153,16 +153,16 @@ def smoothing_scales(
     base: nn.Module, amax: dict[str, torch.Tensor], settings: SmoothQuantSettings
 ) -> dict[str, torch.Tensor]:
     """The scales of every block (keys as ``calibrate``'s); o_in has one per key-value head channel (kv * d,)."""
-    kv, group, width = _kv_layout(base)
+    kv, group, width = kv_layout(base)
     scales = {}
     for i, block in enumerate(blocks_of(base)):
         attn, mlp = block.self_attn, block.mlp
         a = settings.alpha
-        scales[f"{i}.attn_in"] = _scale(amax[f"{i}.attn_in"], [attn.q_proj.weight, attn.k_proj.weight,
+        scales[f"{i}.attn_in"] = channel_scale(amax[f"{i}.attn_in"], [attn.q_proj.weight, attn.k_proj.weight,
                                                                attn.v_proj.weight], a)  # fmt: skip
-        scales[f"{i}.mlp_in"] = _scale(amax[f"{i}.mlp_in"], [mlp.gate_proj.weight, mlp.up_proj.weight], a)
-        scales[f"{i}.down_in"] = _scale(amax[f"{i}.down_in"], [mlp.down_proj.weight], settings.down_alpha)
-        per_query = _scale(amax[f"{i}.o_in"], [attn.o_proj.weight], a)  # (heads * d,)
+        scales[f"{i}.mlp_in"] = channel_scale(amax[f"{i}.mlp_in"], [mlp.gate_proj.weight, mlp.up_proj.weight], a)
+        scales[f"{i}.down_in"] = channel_scale(amax[f"{i}.down_in"], [mlp.down_proj.weight], settings.down_alpha)
+        per_query = channel_scale(amax[f"{i}.o_in"], [attn.o_proj.weight], a)  # (heads * d,)
         scales[f"{i}.o_in"] = per_query.view(kv, group, width).amax(1).reshape(-1)  # (kv * d,)
     return scales
 
@@ -173,7 +173,7 @@ def smoothing_scales(
 @torch.no_grad()
 def fold_scales(base: nn.Module, scales: dict[str, torch.Tensor]) -> None:
     """Divide each activation by its scale where it is made and multiply the reading columns by it (in place)."""
-    kv, group, width = _kv_layout(base)
+    kv, group, width = kv_layout(base)
     for i, block in enumerate(blocks_of(base)):
         attn, mlp = block.self_attn, block.mlp
         s = scales[f"{i}.attn_in"]
