@@ -61,7 +61,9 @@ def top_blocks(model: nn.Module) -> list[TopBlock]:
         return []
     out = []
     for layer in decoder_layers(top):
-        mlp = layer.mlp
+        attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        if not all(isinstance(getattr(attn, n, None), nn.Linear | Int8Linear) for n in PROJECTIONS[:4]):
+            return []  # not a Llama-style block (smoothquant.blocks_of refuses such a trunk's cached part)
         if isinstance(mlp, RoutedMLP):
             block = mlp.block
             groups = [*block.task_experts.values(), block.shared]

@@ -119,6 +119,20 @@ def test_a_hook_on_the_top_blocks_sees_only_their_calls(checkpoints, tmp_path):
     assert seen == ["top"]
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_w8a8_finds_every_expert_of_llama_style_top_blocks_and_none_in_gpt2(checkpoints, tmp_path, family):
+    from mtl_decoder.inference.smoothquant_top import top_blocks
+
+    model, _ = _model(checkpoints[family], tmp_path, "model.trunk.train_top=2")
+    tops = top_blocks(model)
+    if family == "gpt2":  # its fused attention is not Llama-style (Qwen2's is): its top blocks stay float32
+        assert tops == []
+        return
+    m = model.cfg
+    assert len(tops) == 2 and all(len(t.experts) == 2 * m.n_task_experts + m.n_shared_experts for t in tops)
+    assert [len(t.gates) for t in tops] == [3, 2]  # the last block has no shared gate: nothing reads its shared route
+
+
 def test_with_the_float16_cache_step_zero_is_the_pretrained_function_to_its_rounding(checkpoints, tmp_path):
     model, encoder = _model(checkpoints["llama"], tmp_path, "model.trunk.train_top=1", "model.n_layers=0",
                             "model.attention=causal")  # fmt: skip
