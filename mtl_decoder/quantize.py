@@ -102,7 +102,8 @@ def quantize_model(
     items = _calibration_items(saved, calibration_texts)
     amax = calibrate(states.base, _calibration_batches(saved, items))
     scales = smoothing_scales(states.base, amax, settings)
-    if top_blocks(saved.model):  # mode hybrid: its trained top blocks too (inference/smoothquant_top.py)
+    n_top = len(top_blocks(saved.model))
+    if n_top:  # mode hybrid: its trained top blocks too (inference/smoothquant_top.py)
         scales |= top_scales(saved.model, _calibrate_top(saved, items, cache_dir), settings)
     texts = validation_texts(saved)
     texts = texts if check_texts <= 0 else _spread(texts, check_texts)
@@ -122,7 +123,8 @@ def quantize_model(
             "--precision fp32 (or int8 without scales), or try another --alpha"
         )
     record = {"calibration_texts": calibration_texts, "checked_texts": len(texts), "agreement": measured["agreement"],
-              "int8_alone_agreement": alone, "refine_margin": margin, "refined_share": measured["refined"],
+              "trained_top_blocks": n_top, "int8_alone_agreement": alone, "refine_margin": margin,
+              "refined_share": measured["refined"],
               "min_tags": min_tags, "min_labels": min_labels, "seconds": round(time.perf_counter() - start, 1),
               "machine": platform.machine(), "torch": torch.__version__}  # fmt: skip
     path = Path(model_dir) / SCALES_FILE

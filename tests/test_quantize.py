@@ -43,6 +43,7 @@ def test_quantize_stores_checked_scales_that_int8_then_uses(run, capsys):
     assert {k for k in scales if not k.startswith(TOP)} == cached
     tops = top_blocks(saved.model)  # a hybrid's trained block: its attention and every expert's down_proj input
     assert len(tops) == (run.model.cfg.trunk.train_top if run.model.cfg.trunk.mode == "hybrid" else 0)
+    assert record["trained_top_blocks"] == len(tops)
     assert {k for k in scales if k.startswith(TOP)} == {
         *(f"{TOP}{i}.{g}" for i in range(len(tops)) for g in ("attn_in", "o_in", "mlp_in")),
         *(f"{TOP}{i}.down_in.{e}" for i, t in enumerate(tops) for e in range(len(t.experts))),
