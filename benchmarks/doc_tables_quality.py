@@ -40,6 +40,7 @@ def summary_table() -> Table:
         ],
         w8a8_row(),
         hybrid_bidir_w8a8_row(),
+        hybrid_short_w8a8_row(),
         [
             f"`ple` on the frozen SmolLM2-135M trunk, {best['blocks']} blocks, `--precision {best['precision']}`",
             fmt(best["conll2003_test_f1"]),
@@ -314,13 +315,29 @@ def semeval_names(prefix: str) -> list[str]:
 
 
 def hybrid_bidir_w8a8_row() -> list[str]:
-    """The hybrid with its trained blocks bidirectional, W8A8 after quantize (its top blocks float32): its own
-    pretrained_throughput.py and precision_agreement.py runs."""
+    """The hybrid with its trained blocks bidirectional, W8A8 after quantize (its top blocks float32: the code before
+    smoothquant_top.py): its own pretrained_throughput.py and precision_agreement.py runs."""
     speed = lookup("pretrained_throughput_hybrid_bidir.json", "entries[name=smollm2_hybrid2_on16_bidir_ple/best int8]")
     quality = "precision_agreement_hybrid_bidir_w8a8.json"
     return [
-        "`ple` on SmolLM2-135M, 16 blocks cached (W8A8 `--precision int8`) and 2 more trained with the causal mask "
-        "lifted (`model.trunk.top_attention=bidirectional`)",
+        "`ple` on SmolLM2-135M, 16 blocks cached (W8A8 `--precision int8`) and 2 more trained (float32) with the causal "
+        "mask lifted (`model.trunk.top_attention=bidirectional`)",
+        fmt(lookup(quality, "int8.test.conll2003.conll2003_test_f1")),
+        fmt(lookup(quality, "int8.test.sst2.sst2_test_accuracy")),
+        fmt(speed["words_per_cpu_s"], 0),
+        cpu(speed["cpu"]),
+    ]
+
+
+def hybrid_short_w8a8_row() -> list[str]:
+    """The bidirectional hybrid on a 1,500-step schedule, W8A8 after quantize with its trained blocks int8 too
+    (smoothquant_top.py): its own pretrained_throughput.py and precision_agreement.py runs."""
+    name = "smollm2_hybrid2_on16_bidir_short_ple/best int8"
+    speed = lookup("pretrained_throughput_hybrid_short_w8a8.json", f"entries[name={name}]")
+    quality = "precision_agreement_hybrid_short_w8a8.json"
+    return [
+        "`ple` on SmolLM2-135M, 16 blocks cached and 2 more trained with the causal mask lifted, 1,500 steps, all 18 "
+        "in W8A8 `--precision int8`",
         fmt(lookup(quality, "int8.test.conll2003.conll2003_test_f1")),
         fmt(lookup(quality, "int8.test.sst2.sst2_test_accuracy")),
         fmt(speed["words_per_cpu_s"], 0),

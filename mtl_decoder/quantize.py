@@ -99,12 +99,8 @@ def quantize_model(
             f"{model_dir}: quantize makes smoothing scales for a pretrained trunk's cached blocks (modes frozen, "
             "hybrid, echo, layer mixes); this model has none: --precision int8 quantises it as it is"
         )
-    items = _calibration_items(saved, calibration_texts)
-    amax = calibrate(states.base, _calibration_batches(saved, items))
-    scales = smoothing_scales(states.base, amax, settings)
+    scales = make_scales(saved, calibration_texts, settings, cache_dir)
     n_top = len(top_blocks(saved.model))
-    if n_top:  # mode hybrid: its trained top blocks too (inference/smoothquant_top.py)
-        scales |= top_scales(saved.model, _calibrate_top(saved, items, cache_dir), settings)
     texts = validation_texts(saved)
     texts = texts if check_texts <= 0 else _spread(texts, check_texts)
     exact, fast = _predictions(saved, Path(model_dir), scales, settings, texts, cache_dir)
@@ -131,6 +127,23 @@ def quantize_model(
     save_scales(path, scales, settings, record)
     add_to_manifest(model_dir, SCALES_FILE)
     return QuantizeResult(Path(model_dir), measured["agreement"], len(texts), record)
+
+
+def make_scales(
+    saved: SavedModel,
+    calibration_texts: int,
+    settings: SmoothQuantSettings,
+    cache_dir: str | Path | None = None,
+    top: bool = True,
+) -> dict[str, torch.Tensor]:
+    """The smoothing scales of a saved model's cached blocks, calibrated on ``calibration_texts`` of its training texts,
+    and (``top``, mode hybrid) of its trained top blocks."""
+    states = saved.model.trunk_kind.cached_states()
+    items = _calibration_items(saved, calibration_texts)
+    scales = smoothing_scales(states.base, calibrate(states.base, _calibration_batches(saved, items)), settings)
+    if top and top_blocks(saved.model):  # mode hybrid: its trained top blocks too (inference/smoothquant_top.py)
+        scales |= top_scales(saved.model, _calibrate_top(saved, items, cache_dir), settings)
+    return scales
 
 
 def _spread(items: list, n: int) -> list:
