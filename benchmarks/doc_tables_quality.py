@@ -225,9 +225,11 @@ PRETRAINED_TOP = [
     "smollm2_echo_ple",
     "smollm2_hybrid2_on16_ple",
     "smollm2_hybrid2_on16_bidir_ple",
+    "smollm2_hybrid2_on16_bidir_short_ple",
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
-truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted)."""
+truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
+1,500-step schedule)."""
 PRETRAINED_READS_SEMEVAL = [
     "smollm2_semeval_ple",
     "smollm2_default_semeval_ple",
@@ -244,11 +246,14 @@ PRETRAINED_TOP_SEMEVAL = [
     "smollm2_semeval_hybrid2_on16_seed2_ple",
     "smollm2_semeval_hybrid4_on16_ple",
     "smollm2_semeval_hybrid2_on16_bidir_ple",
+    "smollm2_semeval_hybrid2_on16_bidir_seed1_ple",
     "smollm2_semeval_hybrid2_on16_single_aspect",
     "smollm2_semeval_hybrid2_on16_single_polarity",
+    "smollm2_semeval_hybrid2_on16_bidir_single_aspect",
+    "smollm2_semeval_hybrid2_on16_bidir_single_polarity",
 ]
 """On block 16's states on SemEval-2014: frozen, two top blocks trained (three seeds) or four, the two with the
-causal mask lifted, the hybrid's single-task pair."""
+causal mask lifted (two seeds), the single-task pair of each."""
 PRETRAINED_ABLATIONS = [
     "smollm2_conll_first_causal",
     "smollm2_conll_last_causal",
