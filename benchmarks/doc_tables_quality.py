@@ -335,14 +335,14 @@ def hybrid_bidir_w8a8_row() -> list[str]:
 
 
 def hybrid_short_w8a8_row() -> list[str]:
-    """The bidirectional hybrid on a 1,500-step schedule, W8A8 after quantize with its trained blocks int8 too
-    (smoothquant_top.py): its own pretrained_throughput.py and precision_agreement.py runs."""
-    name = "smollm2_hybrid2_on16_bidir_short_ple/best int8"
-    speed = lookup("pretrained_throughput_hybrid_short_w8a8.json", f"entries[name={name}]")
-    quality = "precision_agreement_hybrid_short_w8a8.json"
+    """The bidirectional hybrid on a 1,500-step schedule, W8A8 after ``quantize --per-token all`` with its trained
+    blocks int8 too (smoothquant_top.py): its own pretrained_throughput.py and precision_agreement.py runs."""
+    name = "smollm2_hybrid2_on16_bidir_short_pertoken/best int8"
+    speed = lookup("pretrained_throughput_hybrid_short_w8a8_per_token.json", f"entries[name={name}]")
+    quality = "precision_agreement_hybrid_short_w8a8_per_token.json"
     return [
         "`ple` on SmolLM2-135M, 16 blocks cached and 2 more trained with the causal mask lifted, 1,500 steps, all 18 "
-        "in W8A8 `--precision int8`",
+        "in W8A8 (`quantize --per-token all`, `--precision int8`)",
         fmt(lookup(quality, "int8.test.conll2003.conll2003_test_f1")),
         fmt(lookup(quality, "int8.test.sst2.sst2_test_accuracy")),
         fmt(speed["words_per_cpu_s"], 0),
