@@ -325,8 +325,8 @@ def hybrid_bidir_w8a8_row() -> list[str]:
     speed = lookup("pretrained_throughput_hybrid_bidir.json", "entries[name=smollm2_hybrid2_on16_bidir_ple/best int8]")
     quality = "precision_agreement_hybrid_bidir_w8a8.json"
     return [
-        "`ple` on SmolLM2-135M, 16 blocks cached (W8A8 `--precision int8`) and 2 more trained (float32) with the causal "
-        "mask lifted (`model.trunk.top_attention=bidirectional`)",
+        "`ple` on SmolLM2-135M, 16 blocks cached (W8A8 `--precision int8`) and 2 more trained (float32) with the "
+        "causal mask lifted (`model.trunk.top_attention=bidirectional`)",
         fmt(lookup(quality, "int8.test.conll2003.conll2003_test_f1")),
         fmt(lookup(quality, "int8.test.sst2.sst2_test_accuracy")),
         fmt(speed["words_per_cpu_s"], 0),
