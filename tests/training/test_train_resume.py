@@ -150,9 +150,9 @@ def test_a_key_added_since_the_run_began_resumes_at_its_default_and_is_refused_o
 
 
 def test_a_run_its_time_budget_stopped_goes_on_when_the_budget_is_raised(make_config, tmp_path, tiny_run):
-    stopped = train(make_config(tmp_path / "run", ["training.max_minutes=0.0001"]))
+    stopped = train(make_config(tmp_path / "run", ["training.max_minutes=1e-9"]))
     assert stopped.stop_reason == "time_budget" and stopped.steps == 1
-    again = train(make_config(tmp_path / "run", ["training.max_minutes=0.0001"]), resume=True)
+    again = train(make_config(tmp_path / "run", ["training.max_minutes=1e-9"]), resume=True)
     assert again.stop_reason == "time_budget" and again.steps == 1  # the same budget: still spent, no step taken
     raised = train(make_config(tmp_path / "run", ["training.max_minutes=60"]), resume=True)
     unbroken = json.loads((tiny_run / "summary.json").read_text(encoding="utf-8"))  # the same config, no budget

@@ -189,7 +189,7 @@ def test_two_process_data_parallel_run(make_config, tmp_path):
 
 
 def test_time_budget_stops_with_a_validated_best_model(make_config, tmp_path):
-    result = train(make_config(tmp_path / "run", ["training.max_minutes=0.0001", "training.epochs=50"]))
+    result = train(make_config(tmp_path / "run", ["training.max_minutes=1e-9", "training.epochs=50"]))
     assert result.stop_reason == "time_budget"
     assert result.steps == 1  # the budget is checked after every step
     assert result.best_step == 1 and (tmp_path / "run/best/model.safetensors").is_file()
