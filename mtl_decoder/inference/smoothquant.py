@@ -149,21 +149,30 @@ def channel_scale(amax_x: torch.Tensor, weights: list[torch.Tensor], alpha: floa
     return s.clamp(min=1e-5)
 
 
+def attention_scales(
+    attn: nn.Module, amax_in: torch.Tensor, amax_o: torch.Tensor, alpha: float, layout: tuple[int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A block's attn_in scales (q/k/v's input) and o_in scales, one per key-value head channel (kv * d,)."""
+    kv, group, width = layout
+    attn_in = channel_scale(amax_in, [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], alpha)
+    per_query = channel_scale(amax_o, [attn.o_proj.weight], alpha)  # (heads * d,)
+    return attn_in, per_query.view(kv, group, width).amax(1).reshape(-1)  # (kv * d,)
+
+
 def smoothing_scales(
     base: nn.Module, amax: dict[str, torch.Tensor], settings: SmoothQuantSettings
 ) -> dict[str, torch.Tensor]:
     """The scales of every block (keys as ``calibrate``'s); o_in has one per key-value head channel (kv * d,)."""
-    kv, group, width = kv_layout(base)
+    layout = kv_layout(base)
     scales = {}
     for i, block in enumerate(blocks_of(base)):
         attn, mlp = block.self_attn, block.mlp
         a = settings.alpha
-        scales[f"{i}.attn_in"] = channel_scale(amax[f"{i}.attn_in"], [attn.q_proj.weight, attn.k_proj.weight,
-                                                               attn.v_proj.weight], a)  # fmt: skip
+        scales[f"{i}.attn_in"], scales[f"{i}.o_in"] = attention_scales(
+            attn, amax[f"{i}.attn_in"], amax[f"{i}.o_in"], a, layout
+        )
         scales[f"{i}.mlp_in"] = channel_scale(amax[f"{i}.mlp_in"], [mlp.gate_proj.weight, mlp.up_proj.weight], a)
         scales[f"{i}.down_in"] = channel_scale(amax[f"{i}.down_in"], [mlp.down_proj.weight], settings.down_alpha)
-        per_query = channel_scale(amax[f"{i}.o_in"], [attn.o_proj.weight], a)  # (heads * d,)
-        scales[f"{i}.o_in"] = per_query.view(kv, group, width).amax(1).reshape(-1)  # (kv * d,)
     return scales
 
 
@@ -171,29 +180,39 @@ def smoothing_scales(
 
 
 @torch.no_grad()
+def fold_attention(block: nn.Module, attn_in: torch.Tensor, o_in: torch.Tensor, layout: tuple[int, int, int]) -> None:
+    """Fold a block's attn_in scales into input_layernorm and q/k/v, its o_in scales into v's rows and o's columns."""
+    kv, group, width = layout
+    attn = block.self_attn
+    block.input_layernorm.weight.div_(attn_in)
+    for linear in (attn.q_proj, attn.k_proj, attn.v_proj):
+        linear.weight.mul_(attn_in)
+    attn.v_proj.weight.div_(o_in[:, None])  # (kv * d,): v's rows, then o's columns for every query head of the group
+    if attn.v_proj.bias is not None:
+        attn.v_proj.bias.div_(o_in)
+    attn.o_proj.weight.mul_(o_in.view(kv, 1, width).expand(kv, group, width).reshape(-1))
+
+
+@torch.no_grad()
+def fold_down(mlp: nn.Module, s: torch.Tensor) -> None:
+    """Fold down_proj's input scales: act(gate) * up, so scaling up's output rows scales the product."""
+    mlp.up_proj.weight.div_(s[:, None])
+    if mlp.up_proj.bias is not None:
+        mlp.up_proj.bias.div_(s)
+    mlp.down_proj.weight.mul_(s)
+
+
+@torch.no_grad()
 def fold_scales(base: nn.Module, scales: dict[str, torch.Tensor]) -> None:
     """Divide each activation by its scale where it is made and multiply the reading columns by it (in place)."""
-    kv, group, width = kv_layout(base)
+    layout = kv_layout(base)
     for i, block in enumerate(blocks_of(base)):
-        attn, mlp = block.self_attn, block.mlp
-        s = scales[f"{i}.attn_in"]
-        block.input_layernorm.weight.div_(s)
-        for linear in (attn.q_proj, attn.k_proj, attn.v_proj):
-            linear.weight.mul_(s)
+        fold_attention(block, scales[f"{i}.attn_in"], scales[f"{i}.o_in"], layout)
         s = scales[f"{i}.mlp_in"]
         block.post_attention_layernorm.weight.div_(s)
-        for linear in (mlp.gate_proj, mlp.up_proj):
+        for linear in (block.mlp.gate_proj, block.mlp.up_proj):
             linear.weight.mul_(s)
-        s = scales[f"{i}.down_in"]  # act(gate) * up: scaling up's output scales the product
-        mlp.up_proj.weight.div_(s[:, None])
-        if mlp.up_proj.bias is not None:
-            mlp.up_proj.bias.div_(s)
-        mlp.down_proj.weight.mul_(s)
-        s = scales[f"{i}.o_in"]  # (kv * d,): v's rows, then o's columns for every query head of the group
-        attn.v_proj.weight.div_(s[:, None])
-        if attn.v_proj.bias is not None:
-            attn.v_proj.bias.div_(s)
-        attn.o_proj.weight.mul_(s.view(kv, 1, width).expand(kv, group, width).reshape(-1))
+        fold_down(block.mlp, scales[f"{i}.down_in"])
 
 
 # ------------------------------------------------------------------------------------------------ int8 Linear

@@ -31,7 +31,10 @@ from mtl_decoder.inference.smoothquant import (
     PROJECTIONS,
     Int8Linear,
     SmoothQuantSettings,
+    attention_scales,
     channel_scale,
+    fold_attention,
+    fold_down,
     kv_layout,
 )
 
@@ -122,14 +125,13 @@ def top_scales(
     model: nn.Module, amax: dict[str, torch.Tensor], settings: SmoothQuantSettings
 ) -> dict[str, torch.Tensor]:
     """The smoothing scales of the top blocks (keys as ``calibrate_top``'s)."""
-    kv, group, width = kv_layout(model.top)
+    layout = kv_layout(model.top)
     a, scales = settings.alpha, {}
     for i, t in enumerate(top_blocks(model)):
-        attn, key = t.block.self_attn, f"{TOP}{i}"
-        scales[f"{key}.attn_in"] = channel_scale(amax[f"{key}.attn_in"], [attn.q_proj.weight, attn.k_proj.weight,
-                                                                         attn.v_proj.weight], a)  # fmt: skip
-        per_query = channel_scale(amax[f"{key}.o_in"], [attn.o_proj.weight], a)  # (heads * d,)
-        scales[f"{key}.o_in"] = per_query.view(kv, group, width).amax(1).reshape(-1)  # (kv * d,)
+        key = f"{TOP}{i}"
+        scales[f"{key}.attn_in"], scales[f"{key}.o_in"] = attention_scales(
+            t.block.self_attn, amax[f"{key}.attn_in"], amax[f"{key}.o_in"], a, layout
+        )
         readers = [w for e in t.experts for w in (e.gate_proj.weight, e.up_proj.weight)]
         scales[f"{key}.mlp_in"] = channel_scale(amax[f"{key}.mlp_in"], readers, a)
         for e, expert in enumerate(t.experts):
@@ -145,28 +147,16 @@ def has_top_scales(scales: dict[str, torch.Tensor]) -> bool:
 @torch.no_grad()
 def fold_top_scales(model: nn.Module, scales: dict[str, torch.Tensor]) -> None:
     """Divide each top-block activation by its scale where it is made, multiply its readers' columns (in place)."""
-    kv, group, width = kv_layout(model.top)
+    layout = kv_layout(model.top)
     for i, t in enumerate(top_blocks(model)):
-        attn, key = t.block.self_attn, f"{TOP}{i}"
-        s = scales[f"{key}.attn_in"]
-        t.block.input_layernorm.weight.div_(s)
-        for linear in (attn.q_proj, attn.k_proj, attn.v_proj):
-            linear.weight.mul_(s)
-        s = scales[f"{key}.mlp_in"]
+        key = f"{TOP}{i}"
+        fold_attention(t.block, scales[f"{key}.attn_in"], scales[f"{key}.o_in"], layout)
+        s = scales[f"{key}.mlp_in"]  # every expert's gate/up and every gate read the same normed tokens
         t.block.post_attention_layernorm.weight.div_(s)
         for linear in [*(lin for e in t.experts for lin in (e.gate_proj, e.up_proj)), *t.gates]:
             linear.weight.mul_(s)
-        for e, expert in enumerate(t.experts):  # act(gate) * up: scaling up's output scales the product
-            s = scales[f"{key}.down_in.{e}"]
-            expert.up_proj.weight.div_(s[:, None])
-            if expert.up_proj.bias is not None:
-                expert.up_proj.bias.div_(s)
-            expert.down_proj.weight.mul_(s)
-        s = scales[f"{key}.o_in"]  # (kv * d,): v's rows, then o's columns for every query head of the group
-        attn.v_proj.weight.div_(s[:, None])
-        if attn.v_proj.bias is not None:
-            attn.v_proj.bias.div_(s)
-        attn.o_proj.weight.mul_(s.view(kv, 1, width).expand(kv, group, width).reshape(-1))
+        for e, expert in enumerate(t.experts):
+            fold_down(expert, scales[f"{key}.down_in.{e}"])
 
 
 def quantize_top(model: nn.Module, scales: dict[str, torch.Tensor], settings: SmoothQuantSettings) -> list[str]:
