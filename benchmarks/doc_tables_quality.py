@@ -319,46 +319,49 @@ def semeval_names(prefix: str) -> list[str]:
     return [f"{prefix}semeval_ple", f"{prefix}semeval_single_aspect", f"{prefix}semeval_single_polarity"]
 
 
-def hybrid_bidir_w8a8_row() -> list[str]:
-    """The hybrid with its trained blocks bidirectional, W8A8 after quantize (its top blocks float32: the code before
-    smoothquant_top.py): its own pretrained_throughput.py and precision_agreement.py runs."""
-    speed = lookup("pretrained_throughput_hybrid_bidir.json", "entries[name=smollm2_hybrid2_on16_bidir_ple/best int8]")
-    quality = "precision_agreement_hybrid_bidir_w8a8.json"
+def int8_row(label: str, throughput: str, entry: str, agreement: str) -> list[str]:
+    """A summary row of a model in int8: its speed from a pretrained_throughput.py run (``entry``: the entry's name)
+    and its int8 test quality from its precision_agreement.py run."""
+    speed = lookup(throughput, f"entries[name={entry}]")
     return [
-        "`ple` on SmolLM2-135M, 16 blocks cached (W8A8 `--precision int8`) and 2 more trained (float32) with the "
-        "causal mask lifted (`model.trunk.top_attention=bidirectional`)",
-        fmt(lookup(quality, "int8.test.conll2003.conll2003_test_f1")),
-        fmt(lookup(quality, "int8.test.sst2.sst2_test_accuracy")),
+        label,
+        fmt(lookup(agreement, "int8.test.conll2003.conll2003_test_f1")),
+        fmt(lookup(agreement, "int8.test.sst2.sst2_test_accuracy")),
         fmt(speed["words_per_cpu_s"], 0),
         cpu(speed["cpu"]),
     ]
+
+
+def hybrid_bidir_w8a8_row() -> list[str]:
+    """The hybrid with its trained blocks bidirectional, W8A8 after quantize (its top blocks float32: the code before
+    smoothquant_top.py)."""
+    return int8_row(
+        "`ple` on SmolLM2-135M, 16 blocks cached (W8A8 `--precision int8`) and 2 more trained (float32) with the "
+        "causal mask lifted (`model.trunk.top_attention=bidirectional`)",
+        "pretrained_throughput_hybrid_bidir.json",
+        "smollm2_hybrid2_on16_bidir_ple/best int8",
+        "precision_agreement_hybrid_bidir_w8a8.json",
+    )
 
 
 def hybrid_short_w8a8_row() -> list[str]:
     """The bidirectional hybrid on a 1,500-step schedule, W8A8 after ``quantize --per-token all`` with its trained
-    blocks int8 too (smoothquant_top.py): its own pretrained_throughput.py and precision_agreement.py runs."""
-    name = "smollm2_hybrid2_on16_bidir_short_pertoken/best int8"
-    speed = lookup("pretrained_throughput_hybrid_short_w8a8_per_token.json", f"entries[name={name}]")
-    quality = "precision_agreement_hybrid_short_w8a8_per_token.json"
-    return [
+    blocks int8 too (smoothquant_top.py)."""
+    return int8_row(
         "`ple` on SmolLM2-135M, 16 blocks cached and 2 more trained with the causal mask lifted, 1,500 steps, all 18 "
         "in W8A8 (`quantize --per-token all`, `--precision int8`)",
-        fmt(lookup(quality, "int8.test.conll2003.conll2003_test_f1")),
-        fmt(lookup(quality, "int8.test.sst2.sst2_test_accuracy")),
-        fmt(speed["words_per_cpu_s"], 0),
-        cpu(speed["cpu"]),
-    ]
+        "pretrained_throughput_hybrid_short_w8a8_per_token.json",
+        "smollm2_hybrid2_on16_bidir_short_pertoken/best int8",
+        "precision_agreement_hybrid_short_w8a8_per_token.json",
+    )
 
 
 def w8a8_row() -> list[str]:
     """The 16-block model (retrained) in W8A8 int8 as quantize leaves it (its near-ties confirmed in float32): a copy
-    of its folder quantized again, its own pretrained_throughput.py and precision_agreement.py runs."""
-    speed = lookup("pretrained_throughput_w8a8_refined.json", "entries[name=smollm2_frozen16_refine/best int8]")
-    quality = "precision_agreement_smollm2_w8a8_refined.json"
-    return [
+    of its folder quantized again."""
+    return int8_row(
         "`ple` on the frozen SmolLM2-135M trunk, 16 blocks, W8A8 `--precision int8` after `mtl-decoder quantize`",
-        fmt(lookup(quality, "int8.test.conll2003.conll2003_test_f1")),
-        fmt(lookup(quality, "int8.test.sst2.sst2_test_accuracy")),
-        fmt(speed["words_per_cpu_s"], 0),
-        cpu(speed["cpu"]),
-    ]
+        "pretrained_throughput_w8a8_refined.json",
+        "smollm2_frozen16_refine/best int8",
+        "precision_agreement_smollm2_w8a8_refined.json",
+    )
