@@ -26,6 +26,7 @@ from precision_agreement import agreement, load_items, test_metrics
 from quality_record import machine
 from spacy_throughput import cpu_name, default_data_root
 
+from mtl_decoder.config import TAGGING
 from mtl_decoder.inference.quantize import use_smoothing
 from mtl_decoder.inference.smoothquant import SCALES_FILE, SmoothQuantSettings, load_scales
 from mtl_decoder.prediction import predict_texts
@@ -44,7 +45,7 @@ VARIANTS = {
 def close_to_a_tie(pred: dict, tasks: dict[str, str], margin: float) -> bool:
     """Whether some classification of ``pred`` has its two most probable labels within ``margin``."""
     for task, kind in tasks.items():
-        if kind != "token_tagging":
+        if kind != TAGGING:
             top = sorted(pred[task]["probs"].values(), reverse=True)
             if top[0] - top[1] < margin:
                 return True

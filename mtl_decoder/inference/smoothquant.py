@@ -28,7 +28,7 @@ import dataclasses
 import hashlib
 import json
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -104,6 +104,23 @@ def kv_layout(base: nn.Module) -> tuple[int, int, int]:
 # ------------------------------------------------------------------------------------------------ calibration
 
 
+def range_recorder(amax: dict[str, torch.Tensor], real: dict[str, torch.Tensor]) -> Callable[[str], Callable]:
+    """``record(key)``: a forward pre-hook folding max|x_j| of its module's input over the real tokens into
+    ``amax[key]``: a (B, T, K) input masked by ``real["mask"]`` (B, T), a packed (M, K) one taken whole."""
+
+    def record(key: str) -> Callable:
+        def hook(_module, inputs):
+            x = inputs[0].detach().float().abs()
+            x = x[real["mask"]] if x.dim() == 3 else x.reshape(-1, x.shape[-1])  # (tokens, K)
+            if len(x):
+                top = x.amax(0)
+                amax[key] = torch.maximum(amax[key], top) if key in amax else top
+
+        return hook
+
+    return record
+
+
 @torch.no_grad()
 def calibrate(base: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """max|x_j| of every smoothed input over the real (unpadded) tokens of ``batches`` of (ids, mask) (B, T).
@@ -112,16 +129,7 @@ def calibrate(base: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tenso
     blocks = blocks_of(base)
     amax: dict[str, torch.Tensor] = {}
     real: dict[str, torch.Tensor] = {}
-
-    def record(key: str):
-        def hook(_module, inputs):
-            x = inputs[0].detach().float().abs()  # (B, T, K)
-            x = x[real["mask"]] if x.dim() == 3 else x.reshape(-1, x.shape[-1])  # (tokens, K)
-            top = x.amax(0)
-            amax[key] = torch.maximum(amax[key], top) if key in amax else top
-
-        return hook
-
+    record = range_recorder(amax, real)
     hooks = []
     for i, block in enumerate(blocks):
         for group, linear in (("attn_in", block.self_attn.q_proj), ("o_in", block.self_attn.o_proj),

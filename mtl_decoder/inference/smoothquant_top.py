@@ -36,6 +36,7 @@ from mtl_decoder.inference.smoothquant import (
     fold_attention,
     fold_down,
     kv_layout,
+    range_recorder,
 )
 
 TOP = "top."
@@ -88,16 +89,7 @@ def calibrate_top(model: nn.Module, run: Callable[[], None]) -> dict[str, torch.
     tops = top_blocks(model)
     amax: dict[str, torch.Tensor] = {}
     real: dict[str, torch.Tensor] = {}
-
-    def record(key: str):
-        def hook(_module, inputs):
-            x = inputs[0].detach().float().abs()
-            x = x[real["mask"]] if x.dim() == 3 else x.reshape(-1, x.shape[-1])  # (tokens, K)
-            if len(x):
-                top = x.amax(0)
-                amax[key] = torch.maximum(amax[key], top) if key in amax else top
-
-        return hook
+    record = range_recorder(amax, real)
 
     def rows_mask(_module, _args, kwargs):  # the routes' rows (N, T): which of the attention inputs are real tokens
         real["mask"] = kwargs["attention_mask"].bool()
