@@ -87,7 +87,8 @@ def test_sigterm_from_another_process_leaves_no_temporary(best, tmp_path):
         text=True,
     )
     deadline = time.monotonic() + 120
-    while not _temporaries(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
+    # the output's temporary and the errors file's are opened one after the other: wait for both, not the first
+    while len(_temporaries(tmp_path)) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(_temporaries(tmp_path)) == 2, "predict never started writing"  # the output and the errors file
     time.sleep(0.3)  # well inside the prediction loop
