@@ -156,10 +156,13 @@ TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train", "distill_small_train", "distil
 
 BIDIR_HYBRID = REPO / "benchmarks" / "runs" / "smollm2_hybrid2_on16_bidir_ple" / "best"
 ECHO = REPO / "benchmarks" / "runs" / "smollm2_echo_ple" / "best"
+BIDIR_SHORT_PER_TOKEN = REPO / "benchmarks" / "runs" / "smollm2_hybrid2_on16_bidir_short_pertoken" / "best"
+"""smollm2_hybrid2_on16_bidir_short_ple's model quantized with ``mtl-decoder quantize --per-token all``."""
 ROW_TEACHERS = {
     **{name: BIDIR_HYBRID for name in ("distill_small_hybridteacher", "distill_small_hybridteacher_seed1",
                                        "distill_small_hybridteacher_seed2")},
     **{name: ECHO for name in ("distill_small_echoteacher_states", "distill_small_echoteacher")},
+    **{f"distill_small_states_long_sent_bidirteacher{s}": BIDIR_SHORT_PER_TOKEN for s in ("", "_seed1", "_seed2")},
 }  # fmt: skip
 """Rows taught by their own teacher (the others by --teacher, $MTL_DECODER_TEACHER or the 16-block model)."""
 

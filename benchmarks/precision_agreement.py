@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from mtl_decoder.config import TAGGING
+from mtl_decoder.inference.refine import close_to_a_tie
 from mtl_decoder.prediction import predict_texts
 from mtl_decoder.saved import load_model
 
@@ -164,11 +165,7 @@ def refined_shares(model_dir: str, alone: list[dict], tasks: dict[str, str], con
     margin = load_scales(Path(model_dir) / SCALES_FILE)[2].get("refine_margin", 0.0)
     classify = [t for t, kind in tasks.items() if kind != TAGGING]
 
-    def close(p: dict) -> bool:
-        gaps = [sorted(p[t]["probs"].values(), reverse=True) for t in classify]
-        return any(g[0] - g[1] < margin for g in gaps)
-
-    flags = [close(p) for p in alone]
+    flags = [close_to_a_tie([p[t]["probs"] for t in classify], margin) for p in alone]
     return {"margin": margin, "conll2003_test": round(sum(flags[:conll]) / conll, 4),
             "sst2_test": round(sum(flags[conll:]) / (len(flags) - conll), 4)}  # fmt: skip
 

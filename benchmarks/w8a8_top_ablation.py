@@ -28,6 +28,7 @@ from spacy_throughput import cpu_name, default_data_root
 
 from mtl_decoder.config import TAGGING
 from mtl_decoder.inference.quantize import use_smoothing
+from mtl_decoder.inference.refine import close_to_a_tie
 from mtl_decoder.inference.smoothquant import SCALES_FILE, SmoothQuantSettings, load_scales
 from mtl_decoder.prediction import predict_texts
 from mtl_decoder.quantize import make_scales
@@ -42,19 +43,12 @@ VARIANTS = {
 """Name -> (the top blocks int8, settings); per_token: every Linear's input quantised per token (--per-token all)."""
 
 
-def close_to_a_tie(pred: dict, tasks: dict[str, str], margin: float) -> bool:
-    """Whether some classification of ``pred`` has its two most probable labels within ``margin``."""
-    for task, kind in tasks.items():
-        if kind != TAGGING:
-            top = sorted(pred[task]["probs"].values(), reverse=True)
-            if top[0] - top[1] < margin:
-                return True
-    return False
-
-
 def refined_agreement(fp32: list[dict], int8: list[dict], tasks: dict[str, str], margin: float) -> dict:
     """``agreement`` once the texts within ``margin`` of a tie take float32's prediction, as --precision int8 does."""
-    merged = [a if close_to_a_tie(b, tasks, margin) else b for a, b in zip(fp32, int8, strict=True)]
+    classify = [t for t, kind in tasks.items() if kind != TAGGING]
+    merged = [
+        a if close_to_a_tie([b[t]["probs"] for t in classify], margin) else b for a, b in zip(fp32, int8, strict=True)
+    ]
     return agreement(fp32, merged, tasks)
 
 

@@ -14,7 +14,7 @@ it (``Predictor.from_saved``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,7 +30,13 @@ MARGINS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
 
 def is_close(pred: Prediction, margin: float) -> bool:
     """Whether some classification of ``pred`` has its two most probable labels within ``margin`` of each other."""
-    for probs in pred.probs.values():
+    return close_to_a_tie(pred.probs.values(), margin)
+
+
+def close_to_a_tie(distributions: Iterable[Mapping[str, float]], margin: float) -> bool:
+    """Whether some label distribution (label -> probability) has its two largest within ``margin`` of each other:
+    the one rule for a near-tie, over Prediction objects (``is_close``) and prediction dicts alike."""
+    for probs in distributions:
         top = sorted(probs.values(), reverse=True)
         if len(top) > 1 and top[0] - top[1] < margin:
             return True

@@ -12,7 +12,7 @@ from trunk_runs import trained
 
 from mtl_decoder.cli import main
 from mtl_decoder.inference.prediction import Prediction
-from mtl_decoder.inference.refine import MARGINS, agreement, choose_margin, is_close
+from mtl_decoder.inference.refine import MARGINS, agreement, choose_margin, close_to_a_tie, is_close
 from mtl_decoder.inference.smoothquant import SCALES_FILE, load_scales
 from mtl_decoder.prediction import predict_texts
 
@@ -70,6 +70,13 @@ def test_is_close_reads_every_classification_and_ignores_tags():
     assert is_close(_pred(0.52, ["O"]), 0.05) and not is_close(_pred(0.6, ["O"]), 0.05)
     tags_only = Prediction(["w"], None, tags={"ner": ["O"]})
     assert not is_close(tags_only, 1.0)
+
+
+def test_a_near_tie_is_the_two_largest_probabilities_of_any_distribution_within_the_margin():
+    three = {"a": 0.30, "b": 0.45, "c": 0.25}  # the two largest, 0.45 and 0.30, are 0.15 apart, in any label order
+    assert close_to_a_tie([three], 0.16) and not close_to_a_tie([three], 0.15)
+    assert close_to_a_tie([{"x": 1.0, "y": 0.0}, three], 0.2)  # one close distribution is enough
+    assert not close_to_a_tie([{"only": 1.0}], 2.0) and not close_to_a_tie([], 2.0)  # one label is never a tie
 
 
 @pytest.fixture(scope="module")
