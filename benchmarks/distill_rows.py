@@ -162,7 +162,8 @@ ROW_TEACHERS = {
     **{name: BIDIR_HYBRID for name in ("distill_small_hybridteacher", "distill_small_hybridteacher_seed1",
                                        "distill_small_hybridteacher_seed2")},
     **{name: ECHO for name in ("distill_small_echoteacher_states", "distill_small_echoteacher")},
-    **{f"distill_small_states_long_sent_bidirteacher{s}": BIDIR_SHORT_PER_TOKEN for s in ("", "_seed1", "_seed2")},
+    **{f"distill_small_states_long_sent_bidirteacher{s}": BIDIR_SHORT_PER_TOKEN
+       for s in ("", "_seed1", "_seed2", "_lex_embed")},
 }  # fmt: skip
 """Rows taught by their own teacher (the others by --teacher, $MTL_DECODER_TEACHER or the 16-block model)."""
 

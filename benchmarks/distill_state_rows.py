@@ -208,4 +208,12 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
         "distill_small_states_long_sent taught by the bidirectional hybrid (1,500 steps) in W8A8 per-token int8",
         seeds=(0, 1, 2),
     ),
+    # two teachers 2.8 CoNLL points apart gave the same student: the lexicon (the teacher's tokenizer and its
+    # token-embedding table, PCA to 128) at the three passes, on the bidirectional hybrid's targets
+    "distill_small_states_long_sent_bidirteacher_lex_embed": (
+        "ple.yaml",
+        [*SMALL, *LEX_EMBED, *SENTENCE_STATES, "training.max_steps=19500"],
+        "distill_small_states_long_sent_bidirteacher, its tokenizer and table the teacher's (token embeddings, PCA "
+        "to 128)",
+    ),
 }
