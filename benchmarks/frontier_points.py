@@ -47,7 +47,9 @@ PRETRAINED_FILES = (
 )
 DISTILL_FILES = ("quality.json", "quality_lexicon.json", "quality_states.json")
 RETAUGHT = {"quality_states.json": " (teacher retrained)"}
-"""A suffix for the rows of a file whose teacher is another training of the same recipe (the same row names)."""
+"""A suffix for the rows of a file whose teacher is another training of the same recipe (the same row names): only
+those taught by it (RETAUGHT_TEACHER); a row naming its own teacher (``bidirteacher``, ``echoteacher``) has none."""
+RETAUGHT_TEACHER = "smollm2_frozen_ple/best"
 
 OURS, PEER = "ours", "peer"
 FAMILIES = {
@@ -141,6 +143,11 @@ def pretrained_points(results: Path) -> list[Point]:
     return points
 
 
+def _retaught(file: str, run: dict) -> str:
+    """The file's suffix where the row was taught by the retrained teacher, else nothing."""
+    return RETAUGHT.get(file, "") if str(run.get("teacher", "")).endswith(RETAUGHT_TEACHER) else ""
+
+
 def distilled_points(results: Path) -> list[Point]:
     """The distill_* rows of the quality files, each timed after its training."""
     points = []
@@ -148,7 +155,7 @@ def distilled_points(results: Path) -> list[Point]:
         runs = (_load(results, file) or {"runs": {}})["runs"]
         points += [
             _point(
-                name.removeprefix("distill_").replace("_", " ") + RETAUGHT.get(file, ""),
+                name.removeprefix("distill_").replace("_", " ") + _retaught(file, run),
                 "distilled",
                 run.get("cpu"),
                 speed=(run.get("words_per_cpu_s"), f"{file} runs.{name}.words_per_cpu_s"),
