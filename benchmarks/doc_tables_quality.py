@@ -357,11 +357,11 @@ def hybrid_short_w8a8_row() -> list[str]:
 
 
 def w8a8_row() -> list[str]:
-    """The 16-block model (retrained) in W8A8 int8 as quantize leaves it (its near-ties confirmed in float32): a copy
-    of its folder quantized again."""
+    """The 16-block model (its third training) in W8A8 int8 as quantize's defaults leave it: every Linear's input per
+    token, its near-ties confirmed in float32 (a copy of its folder, quantized so)."""
     return int8_row(
         "`ple` on the frozen SmolLM2-135M trunk, 16 blocks, W8A8 `--precision int8` after `mtl-decoder quantize`",
-        "pretrained_throughput_w8a8_refined.json",
-        "smollm2_frozen16_refine/best int8",
-        "precision_agreement_smollm2_w8a8_refined.json",
+        "pretrained_throughput_frozen16_third.json",
+        "smollm2_frozen_ple_pertoken/best int8",
+        "precision_agreement_frozen16_third_per_token.json",
     )

@@ -36,8 +36,8 @@ from mtl_decoder.saved import load_model
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = {
-    "cached_only": (False, SmoothQuantSettings()),
-    "top": (True, SmoothQuantSettings()),
+    "cached_only": (False, SmoothQuantSettings(all_per_token=False)),
+    "top": (True, SmoothQuantSettings(all_per_token=False)),
     "top_per_token": (True, SmoothQuantSettings(all_per_token=True)),
 }
 """Name -> (the top blocks int8, settings); per_token: every Linear's input quantised per token (--per-token all)."""

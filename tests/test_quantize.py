@@ -35,8 +35,9 @@ def test_quantize_stores_checked_scales_that_int8_then_uses(run, capsys):
     assert f"wrote {best / SCALES_FILE}" in out and "identical to float32 on" in out
     manifest = json.loads((best / MANIFEST_FILE).read_text())
     assert manifest[SCALES_FILE]["sha256"] == sha256_file(best / SCALES_FILE)
-    scales, _, record = load_scales(best / SCALES_FILE)
+    scales, settings, record = load_scales(best / SCALES_FILE)
     assert set(record["agreement"]) == set(run.model.task_names) and record["calibration_texts"] == 8
+    assert settings.all_per_token and settings.alpha == 0.8  # the defaults, per token everywhere (docs/pretrained.md)
     saved = load_model(best)  # the manifest still checks out
     blocks = len(saved.model.trunk_kind.cached_states().base.layers)
     cached = {f"{i}.{g}" for i in range(blocks) for g in ("attn_in", "o_in", "mlp_in", "down_in")}
@@ -54,6 +55,8 @@ def test_quantize_stores_checked_scales_that_int8_then_uses(run, capsys):
     assert main(again) == 0  # made again: the file replaced and its manifest entry with it
     assert json.loads((best / MANIFEST_FILE).read_text())[SCALES_FILE]["sha256"] == sha256_file(best / SCALES_FILE)
     assert load_scales(best / SCALES_FILE)[1].alpha == 0.6 and load_model(best) is not None
+    assert main([*again, "--per-token", "down_proj"]) == 0  # the per-tensor activations, asked for
+    assert not load_scales(best / SCALES_FILE)[1].all_per_token
 
     int8 = list(predict_texts(best, TEXTS, precision="int8"))
     assert [sorted(p) for p in int8] == [sorted(p) for p in fp32]  # same tasks, same keys

@@ -25,6 +25,7 @@ def run_quantize(args: argparse.Namespace) -> None:
 
 def add_quantize(sub) -> None:
     from mtl_decoder.inference.refine import MARGINS
+    from mtl_decoder.inference.smoothquant import SmoothQuantSettings
     from mtl_decoder.quantize import MIN_LABELS, MIN_TAGS
 
     p = sub.add_parser(
@@ -40,13 +41,26 @@ def add_quantize(sub) -> None:
     p.add_argument("--model", required=True, help="model directory (RUN/best) with a pretrained trunk")
     p.add_argument("--calibration-texts", type=int, default=512, help="training texts calibrated on (default 512)")
     p.add_argument("--check-texts", type=int, default=0, help="validation texts compared (default 0: all)")
-    p.add_argument("--alpha", type=float, default=0.8, help="migration strength of q/k/v, o and gate/up (default 0.8)")
-    p.add_argument("--down-alpha", type=float, default=0.5, help="migration strength of down_proj (default 0.5)")
+    default = SmoothQuantSettings()  # the CLI's defaults are the settings' own
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=default.alpha,
+        help=f"migration strength of q/k/v, o and gate/up (default {default.alpha})",
+    )
+    p.add_argument(
+        "--down-alpha",
+        type=float,
+        default=default.down_alpha,
+        help=f"migration strength of down_proj (default {default.down_alpha})",
+    )
+    per_token = "all" if default.all_per_token else "down_proj"
     p.add_argument(
         "--per-token",
         choices=["down_proj", "all"],
-        default="down_proj",
-        help="the Linears whose input is quantised per token (default down_proj; the others per tensor)",
+        default=per_token,
+        help=f"the Linears whose input is quantised per token (default {per_token}; down_proj: the others per "
+        "tensor, a little faster, a little further from float32)",
     )
     p.add_argument("--min-tags", type=float, default=MIN_TAGS, help=f"tagging bar (default {MIN_TAGS})")
     p.add_argument("--min-labels", type=float, default=MIN_LABELS, help=f"classification bar (default {MIN_LABELS})")
