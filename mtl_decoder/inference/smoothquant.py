@@ -56,9 +56,9 @@ class SmoothQuantSettings:
     all_per_token: bool = True
     """Quantise every Linear's input per token (else only down_proj's, per ``down_per_token``): closer to float32,
     a little slower (the scales are computed in Python ops rather than inside torch's fused per-tensor kernel). The
-    default since two models measured it (docs/pretrained.md): on the 16-block model and on the hybrid it met every bar
-    of agreement on test, where per tensor missed on the hybrid, at 5% and 23% of int8's speed. Folders quantized
-    before keep the setting stored with their scales."""
+    default since two models measured it (docs/pretrained.md): on the 16-block model and on the hybrid it met every
+    bar of agreement on test, where per tensor missed on the hybrid, for 5% and 23% less speed than per tensor.
+    Folders quantized before keep the setting stored with their scales."""
 
     def __post_init__(self):
         for name in ("alpha", "down_alpha"):
