@@ -14,6 +14,9 @@ SMALL = [
 LEX_EMBED = ["model.lexicon.source=teacher_embeddings"]
 """The student's tokenizer and token-embedding table inherited from the teacher's (its checkpoint's input
 embeddings, PCA to the student's width)."""
+LEX_LEARNED = [*LEX_EMBED, "model.lexicon.projection=learned"]
+"""The teacher's whole token-embedding table kept frozen, and its projection to the student's width trained (started
+at the PCA directions, folded into one table when the student is saved)."""
 
 
 def at_seeds(name: str, overrides: list[str], seeds: tuple[int, ...] = (1, 2)) -> dict[str, tuple[str, list[str], str]]:

@@ -155,6 +155,8 @@ def _lexicon(record: dict[str, Any] | None) -> list[str]:
     held = {-1: "frozen for the whole run", 0: "fine-tuned from the first step"}.get(
         steps, f"held for {steps} steps, then fine-tuned"
     )
+    if record.get("projection") == "learned":  # the rows stay the teacher's; what trains is their projection
+        held = f"the teacher's rows kept whole and frozen, their projection {held} and folded into the saved table"
     return [
         f"- lexicon ({record.get('source')}): the teacher's tokenizer, and the token-embedding table started as "
         f"{record.get('rows')} rows of `{record.get('read')}` ({record.get('teacher_width')} wide), projection "

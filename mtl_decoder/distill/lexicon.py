@@ -7,7 +7,9 @@ folder, so the saved student needs nothing of the teacher's), and its token-embe
              alone through its trunk and its state after block ``layer`` kept, through the trunk's final norm
              (teacher_states: static vectors, as Model2Vec makes them)
     project  centred PCA onto the top d_model principal directions (the SVD of the centred rows, in float64, each
-             direction's sign fixed so its largest entry is positive), or the rows as they are (projection none)
+             direction's sign fixed so its largest entry is positive), or the rows as they are (projection none);
+             projection learned keeps the centred rows whole and starts a trained projection at those directions
+             (model/projected_embedding.py: folded into one table when the student is saved)
     scale    one factor for the whole table, so its entries' root mean square is ``rms``
 
 in the teacher tokenizer's id order. The table is made once per run, before training (``build_lexicon``), and kept
@@ -36,12 +38,14 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
 from torch import nn
 
 from mtl_decoder.config import SHARED, ExperimentConfig
 from mtl_decoder.data.tokenization import TOKENIZER_FILE, read_tokenizer_file
 from mtl_decoder.errors import ConfigError, UserError
 from mtl_decoder.hashing import tensors_sha256
+from mtl_decoder.model.projected_embedding import ProjectedEmbedding
 from mtl_decoder.model.trunks import TRUNK_DIR, TRUNK_FILE, trunk_for
 from mtl_decoder.saved import CONFIG_FILE, WEIGHTS_FILE, load_model, read_config
 
@@ -103,11 +107,12 @@ def resolve_lexicon(config: ExperimentConfig, teacher: Path, teacher_cfg: Experi
             f"'none' keeps the teacher's rows, {width} wide, and the student's model.d_model is {model.d_model}: "
             f"use pca, or model.d_model={width}",
         )
-    if lexicon.projection == "pca" and model.d_model > min(width, vocabulary - 1):
+    if lexicon.projection in ("pca", "learned") and model.d_model > min(width, vocabulary - 1):
         raise ConfigError(
             "model.lexicon.projection",
-            f"pca of the teacher's {vocabulary} rows, {width} wide, gives at most {min(width, vocabulary - 1)} "
-            f"directions, fewer than the student's model.d_model {model.d_model}: choose a smaller model.d_model",
+            f"{lexicon.projection}: the pca of the teacher's {vocabulary} rows, {width} wide, gives at most "
+            f"{min(width, vocabulary - 1)} directions, fewer than the student's model.d_model {model.d_model}: "
+            "choose a smaller model.d_model",
         )
     asked = config.tokenizer
     if asked.kind == "pretrained" and Path(str(asked.pretrained)).resolve() != tokenizer:
@@ -168,12 +173,8 @@ def build_lexicon(
             f"{vocabulary} tokens: not a table of that tokenizer"
         )
     rows = rows[:vocabulary].double()  # a checkpoint may pad its table past the tokenizer's last id
-    if lexicon.projection == "pca":
-        projected, explained = pca(rows, config.model.d_model)
-    else:
-        projected, explained = rows, None
-    scale = lexicon.rms / root_mean_square(projected) if lexicon.rms else 1.0
-    table = (projected * scale).float()
+    tensors = project(rows, config.model.d_model, lexicon.projection, lexicon.rms)
+    table = tensors["table"]
     record = {
         "source": lexicon.source,
         "teacher": str(teacher),
@@ -185,22 +186,33 @@ def build_lexicon(
         "teacher_width": int(rows.shape[1]),
         "width": config.model.d_model,
         "projection": lexicon.projection,
-        "explained_variance": explained,
+        "explained_variance": tensors.pop("explained", None),
         "rms": lexicon.rms,
-        "scale": scale,
+        "scale": tensors.pop("scale"),
         "freeze_steps": lexicon.freeze_steps,
         "table_sha256": tensors_sha256([("table", table)]),
         "seconds": round(time.perf_counter() - started, 2),
     }
-    return table, record
+    return tensors, record
 
 
-def pca(rows: torch.Tensor, width: int) -> tuple[torch.Tensor, float]:
-    """Centred PCA of float64 ``rows`` (V, W) onto their top ``width`` principal directions.
+def project(rows: torch.Tensor, width: int, projection: str, rms: float | None) -> dict[str, Any]:
+    """The teacher's float64 ``rows`` (V, W) brought to the student's ``width``, scaled to root mean square ``rms``.
 
-    The (V, width) coordinates and the share of the rows' variance those directions explain (``principal_axes``)."""
+    ``table`` (V, width) float32, the student's first table, for every projection; with 'learned' also ``rows``
+    (the centred rows, float32, kept frozen) and ``projection`` (W, width: the PCA directions, scaled) whose product
+    is that table; and the ``scale`` applied and the ``explained`` share of the variance (PCA's; None for 'none')."""
+    if projection == "none":
+        scale = rms / root_mean_square(rows) if rms else 1.0
+        return {"table": (rows * scale).float(), "scale": scale, "explained": None}
     mean, directions, explained = principal_axes(rows, width)
-    return (rows - mean) @ directions.T, explained
+    centred = rows - mean
+    scale = rms / root_mean_square(centred @ directions.T) if rms else 1.0
+    weights = directions.T * scale  # (W, width)
+    out: dict[str, Any] = {"table": (centred @ weights).float(), "scale": scale, "explained": explained}
+    if projection == "learned":
+        out |= {"rows": centred.float(), "projection": weights.float()}
+    return out
 
 
 def principal_axes(rows: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -215,6 +227,26 @@ def principal_axes(rows: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.
     signs = torch.sign(directions.gather(1, directions.abs().argmax(1, keepdim=True)))
     variance = singular.square()
     return mean.squeeze(0), directions * signs, float(variance[:width].sum() / variance.sum())
+
+
+def take_lexicon(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Give a freshly built student its inherited table: copied into ``model.embed``, or with a learned projection
+    (``rows`` and ``projection`` among the tensors) ``model.embed`` replaced by a ProjectedEmbedding of them."""
+    device = model.embed.weight.device
+    if "projection" in tensors:
+        model.embed = ProjectedEmbedding(tensors["rows"].to(device), tensors["projection"].to(device))
+        return
+    with torch.no_grad():
+        model.embed.weight.copy_(tensors["table"])
+
+
+def read_lexicon_table(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors ``build_lexicon`` wrote to a run folder's ``LEXICON_TABLE``."""
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"{path}: cannot read the student's inherited table ({reason}); start the run over") from None
 
 
 def root_mean_square(table: torch.Tensor) -> float:

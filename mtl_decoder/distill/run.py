@@ -24,13 +24,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING, DistillConfig, ExperimentConfig, load_config
 from mtl_decoder.data.batching import MultiTaskDataset
 from mtl_decoder.distill.data import DistillCollator, attach_targets, encode_items, read_unlabelled
-from mtl_decoder.distill.lexicon import LEXICON_FILE, LEXICON_TABLE, build_lexicon, resolve_lexicon
+from mtl_decoder.distill.lexicon import (
+    LEXICON_FILE,
+    LEXICON_TABLE,
+    build_lexicon,
+    read_lexicon_table,
+    resolve_lexicon,
+    take_lexicon,
+)
 from mtl_decoder.distill.loss import DistillLossSpec, classification_divergence, mix, tagging_divergence
 from mtl_decoder.distill.states import (
     SENTENCE_STATES_SUFFIX,
@@ -257,20 +263,21 @@ class DistillTrainer(Trainer):
         if not lexicon.enabled:
             return
         acc, table_path, record_path = self.accelerator, self.run.path / LEXICON_TABLE, self.run.path / LEXICON_FILE
-        if self.resumed:
+        if self.resumed:  # the table (a learned projection) comes from the checkpoint; a learned one's rows from here
             record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.is_file() else {}
+            tensors = read_lexicon_table(table_path) if lexicon.projection == "learned" else None
         else:
             with acc.main_process_first(), torch.random.fork_rng(devices=[]):
                 if acc.is_main_process:
                     rows = model.embed.weight.shape[0]
-                    table, record = build_lexicon(Path(self.cfg.distill.teacher), self.cfg, rows, acc.device)
-                    atomic_write_safetensors(table_path, {"table": table}, metadata={"format": "pt"})
+                    tensors, record = build_lexicon(Path(self.cfg.distill.teacher), self.cfg, rows, acc.device)
+                    atomic_write_safetensors(table_path, tensors, metadata={"format": "pt"})
                     atomic_write_json(record_path, record)
                 else:
-                    table = load_file(str(table_path))["table"]
+                    tensors = read_lexicon_table(table_path)
                     record = json.loads(record_path.read_text(encoding="utf-8"))
-            with torch.no_grad():
-                model.embed.weight.copy_(table)
+        if tensors is not None:
+            take_lexicon(model, tensors)
         if lexicon.frozen:
             model.embed.weight.requires_grad_(False)
         self.card_info.setdefault("teacher", {})["lexicon"] = record
@@ -286,7 +293,8 @@ class DistillTrainer(Trainer):
     def _held_parameters(self) -> list[tuple[torch.nn.Parameter, int]]:
         lexicon = self.cfg.model.lexicon
         if lexicon.enabled and lexicon.freeze_steps > 0:
-            return [(self.model.embed.weight, lexicon.freeze_steps)]
+            embed = self.model.embed  # a learned projection holds its projection, else the table is held
+            return [(embed.projection if lexicon.projection == "learned" else embed.weight, lexicon.freeze_steps)]
         return []
 
     def _teacher_targets(

@@ -3,9 +3,10 @@
 Through the CLI: a tiny native teacher distilled into a tiny student with ``model.lexicon.source=
 teacher_embeddings`` starts (and, held for the whole run, ends) with the teacher's table projected by PCA as numpy
 computes it in float64 here, reads with the teacher's tokenizer, and predicts the same with the teacher's folder
-deleted. ``teacher_states``: a row is the teacher's state of that token run alone, computed here by a float64 loop
-over the teacher's weights. A pretrained (Llama) teacher's table and states against transformers' own. The pairs
-that cannot work are one-line errors naming the key, before any work.
+deleted. With ``projection: learned`` the saved table is a trained linear map of the teacher's whole rows
+(least squares, here) folded into one lookup table. ``teacher_states``: a row is the teacher's state of that token
+run alone, computed here by a float64 loop over the teacher's weights. A pretrained (Llama) teacher's table and
+states against transformers' own. The pairs that cannot work are one-line errors naming the key, before any work.
 """
 
 from __future__ import annotations
@@ -225,3 +226,61 @@ def test_plain_train_refuses_a_lexicon(work, tmp_path, capsys):
     args = ["train", "--config", str(work / "student.yaml"), "--output-dir", str(out)]
     assert main([*args, "model.lexicon.source=teacher_embeddings"]) == 2
     assert "config key 'model.lexicon.source'" in one_line_error(capsys) and not out.exists()
+
+
+def span_residual(centred: np.ndarray, table: np.ndarray) -> float:
+    """How far ``table`` lies from every linear map of the teacher's ``centred`` rows: the least-squares residual
+    of table = centred @ P, relative to the table's norm (0: a projection of the rows)."""
+    p, *_ = np.linalg.lstsq(centred, table, rcond=None)
+    return float(np.linalg.norm(centred @ p - table) / np.linalg.norm(table))
+
+
+def test_a_learned_projection_trains_a_map_of_the_teachers_rows_and_saves_one_table(work, tmp_path):
+    """projection learned: it starts at the PCA table; trained, the saved table moved yet is still a linear map of
+    the teacher's whole (centred) rows, which a fine-tuned PCA table is not; the saved student is a plain lookup."""
+    teacher = work / "teacher" / "best"
+    rows = load_file(teacher / "model.safetensors")["embed.weight"].double().numpy()
+    centred = rows - rows.mean(axis=0)
+    saved = {}
+    for name, extra in (("learned", ["model.lexicon.projection=learned"]), ("pca", [])):
+        run = tmp_path / name
+        args = distill_args(teacher, work / "student.yaml", run, tmp_path / "cache",
+                            "model.lexicon.source=teacher_embeddings", *extra)  # fmt: skip
+        assert main(args) == 0
+        saved[name] = load_file(run / "best" / "model.safetensors")
+    started = load_file(tmp_path / "learned" / LEXICON_TABLE)
+    want = numpy_pca(rows, 24, 0.02)
+    assert np.allclose(started["table"].numpy(), want, atol=1e-5, rtol=0)
+    assert np.allclose(started["rows"].numpy(), centred, atol=1e-6, rtol=0)
+    assert np.allclose((started["rows"] @ started["projection"]).numpy(), want, atol=1e-5, rtol=0)
+
+    table = saved["learned"]["embed.weight"].double().numpy()
+    assert "embed.projection" not in saved["learned"] and table.shape == want.shape
+    assert np.abs(table - want).max() > 1e-4  # it trained
+    assert span_residual(centred, table) < 1e-5
+    assert span_residual(centred, saved["pca"]["embed.weight"].double().numpy()) > 1e-3  # each row moved alone
+    assert json.loads((tmp_path / "learned" / LEXICON_FILE).read_text())["projection"] == "learned"
+    card = (tmp_path / "learned" / "best" / "README.md").read_text()
+    assert "their projection fine-tuned from the first step" in card
+
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    assert len(predict(tmp_path / "learned" / "best", source, tmp_path / "out.jsonl")) == len(TEXTS)
+
+
+def test_a_learned_projection_resumes_to_the_unbroken_runs_weights(work, tmp_path):
+    """The checkpoint holds the projection, the run folder the rows: killed after step 2, resumed, the same end."""
+    teacher = work / "teacher" / "best"
+    extra = ["model.lexicon.source=teacher_embeddings", "model.lexicon.projection=learned", "training.max_steps=4",
+             "training.eval_every=2", "training.keep_checkpoints=2"]  # fmt: skip
+    runs = {name: distill_args(teacher, work / "student.yaml", tmp_path / name, tmp_path / "cache", *extra)
+            for name in ("unbroken", "killed")}  # fmt: skip
+    for args in runs.values():
+        assert main(args) == 0
+    shutil.rmtree(tmp_path / "killed" / "checkpoints" / "step-0000004")
+    assert main(["distill", "--resume", *runs["killed"][1:]]) == 0
+    last = Path("checkpoints") / "step-0000004" / "model.safetensors"
+    a, b = load_file(tmp_path / "unbroken" / last), load_file(tmp_path / "killed" / last)
+    assert "embed.projection" in a and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    best = [load_file(tmp_path / n / "best" / "model.safetensors")["embed.weight"] for n in ("unbroken", "killed")]
+    assert torch.equal(*best)

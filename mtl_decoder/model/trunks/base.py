@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from mtl_decoder.config import ExperimentConfig, ModelConfig
+from mtl_decoder.model.projected_embedding import folded_state
 
 if TYPE_CHECKING:
     from mtl_decoder.data.tokenization import TextEncoder
@@ -108,8 +109,9 @@ class Trunk(ABC):
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def state_to_save(self) -> dict[str, torch.Tensor]:
-        """What a model folder's weights file stores (and loading expects)."""
-        return self.model.state_dict()
+        """What a model folder's weights file stores (and loading expects): a learned lexicon projection folded
+        into its table (model/projected_embedding.py)."""
+        return folded_state(self.model)
 
     @property
     def loads_strictly(self) -> bool:
