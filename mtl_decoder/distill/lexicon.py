@@ -41,7 +41,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from torch import nn
 
-from mtl_decoder.config import SHARED, ExperimentConfig
+from mtl_decoder.config import SHARED, ExperimentConfig, LexiconConfig
 from mtl_decoder.data.tokenization import TOKENIZER_FILE, read_tokenizer_file
 from mtl_decoder.errors import ConfigError, UserError
 from mtl_decoder.hashing import tensors_sha256
@@ -238,6 +238,18 @@ def take_lexicon(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
         return
     with torch.no_grad():
         model.embed.weight.copy_(tensors["table"])
+
+
+def lexicon_line(record: dict[str, Any], lexicon: LexiconConfig, width: int) -> str:
+    """The run log's line on what the student inherited (``record``: the run folder's ``LEXICON_FILE``)."""
+    explained = record.get("explained_variance")
+    share = f" ({explained:.1%} of the variance)" if isinstance(explained, float) else ""
+    steps = lexicon.freeze_steps
+    held = ", frozen" if lexicon.frozen else (f", held for {steps} steps" if steps else "")
+    return (
+        f"lexicon: {record.get('rows', '?')} rows of the teacher's {record.get('read', lexicon.source)}, "
+        f"{lexicon.projection} to {width}{share}{held}"
+    )
 
 
 def read_lexicon_table(path: Path) -> dict[str, torch.Tensor]:

@@ -33,6 +33,7 @@ from mtl_decoder.distill.lexicon import (
     LEXICON_FILE,
     LEXICON_TABLE,
     build_lexicon,
+    lexicon_line,
     read_lexicon_table,
     resolve_lexicon,
     take_lexicon,
@@ -281,14 +282,7 @@ class DistillTrainer(Trainer):
         if lexicon.frozen:
             model.embed.weight.requires_grad_(False)
         self.card_info.setdefault("teacher", {})["lexicon"] = record
-        explained = record.get("explained_variance")
-        share = f" ({explained:.1%} of the variance)" if isinstance(explained, float) else ""
-        steps = lexicon.freeze_steps
-        held = ", frozen" if lexicon.frozen else (f", held for {steps} steps" if steps else "")
-        self.lexicon_line = (
-            f"lexicon: {record.get('rows', '?')} rows of the teacher's {record.get('read', lexicon.source)}, "
-            f"{lexicon.projection} to {self.cfg.model.d_model}{share}{held}"
-        )
+        self.lexicon_line = lexicon_line(record, lexicon, self.cfg.model.d_model)
 
     def _held_parameters(self) -> list[tuple[torch.nn.Parameter, int]]:
         lexicon = self.cfg.model.lexicon
