@@ -151,6 +151,12 @@ for _task in ("aspect", "polarity"):
             _VARIANTS[_variant][0],
             f"smollm2_semeval_{_variant}_ple's recipe, SemEval {_task} only",
         )
+    # the pair's own spread, against the multi-task row's two seeds
+    ROWS[f"smollm2_semeval_hybrid2_on16_bidir_single_{_task}_seed1"] = (
+        f"smollm2_semeval_single_{_task}.yaml",
+        [*_VARIANTS["hybrid2_on16_bidir"][0], "training.seed=1"],
+        f"smollm2_semeval_hybrid2_on16_bidir_ple's recipe, SemEval {_task} only, seed 1",
+    )
 
 ROWS.update(
     {
