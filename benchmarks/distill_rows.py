@@ -163,7 +163,7 @@ ROW_TEACHERS = {
                                        "distill_small_hybridteacher_seed2")},
     **{name: ECHO for name in ("distill_small_echoteacher_states", "distill_small_echoteacher")},
     **{f"distill_small_states_long_sent_bidirteacher{s}": BIDIR_SHORT_PER_TOKEN
-       for s in ("", "_seed1", "_seed2", "_lex_embed", "_lex_learned")},
+       for s in ("", "_seed1", "_seed2", "_lex_embed", "_lex_learned", "_lex_learned_seed1", "_lex_learned_seed2")},
 }  # fmt: skip
 """Rows taught by their own teacher (the others by --teacher, $MTL_DECODER_TEACHER or the 16-block model)."""
 
