@@ -225,6 +225,7 @@ PRETRAINED_TOP = [
     "smollm2_echo_ple",
     "smollm2_hybrid2_on16_ple",
     "smollm2_hybrid2_on16_bidir_ple",
+    "smollm2_hybrid2_on16_bidir_seed1_ple",
     "smollm2_hybrid2_on16_bidir_short_ple",
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
