@@ -109,12 +109,12 @@ def test_a_student_inherits_the_teachers_table_and_predicts_without_the_teacher(
     assert predict(run / "best", source, tmp_path / "after.jsonl") == before
 
 
-def test_a_killed_run_resumes_to_the_unbroken_runs_weights(work, tmp_path):
-    """Held for 3 of 4 steps, killed after step 2's checkpoint: the resumed run (its table from the checkpoint, the
-    held group in its optimizer state) ends with the unbroken run's weights, the table moved only at step 4."""
+def unbroken_and_resumed(work: Path, tmp_path: Path, *extra: str) -> tuple[dict, dict]:
+    """A 4-step student run unbroken, and again killed after step 2's checkpoint and resumed: each one's step-4
+    checkpoint weights."""
     teacher = work / "teacher" / "best"
-    extra = ["model.lexicon.source=teacher_embeddings", "model.lexicon.freeze_steps=3", "training.max_steps=4",
-             "training.eval_every=2", "training.keep_checkpoints=2"]  # fmt: skip
+    extra = ("model.lexicon.source=teacher_embeddings", *extra, "training.max_steps=4", "training.eval_every=2",
+             "training.keep_checkpoints=2")  # fmt: skip
     runs = {name: distill_args(teacher, work / "student.yaml", tmp_path / name, tmp_path / "cache", *extra)
             for name in ("unbroken", "killed")}  # fmt: skip
     for args in runs.values():
@@ -122,7 +122,13 @@ def test_a_killed_run_resumes_to_the_unbroken_runs_weights(work, tmp_path):
     shutil.rmtree(tmp_path / "killed" / "checkpoints" / "step-0000004")
     assert main(["distill", "--resume", *runs["killed"][1:]]) == 0
     last = Path("checkpoints") / "step-0000004" / "model.safetensors"
-    a, b = load_file(tmp_path / "unbroken" / last), load_file(tmp_path / "killed" / last)
+    return load_file(tmp_path / "unbroken" / last), load_file(tmp_path / "killed" / last)
+
+
+def test_a_killed_run_resumes_to_the_unbroken_runs_weights(work, tmp_path):
+    """Held for 3 of 4 steps, killed after step 2's checkpoint: the resumed run (its table from the checkpoint, the
+    held group in its optimizer state) ends with the unbroken run's weights, the table moved only at step 4."""
+    a, b = unbroken_and_resumed(work, tmp_path, "model.lexicon.freeze_steps=3")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     middle = load_file(tmp_path / "unbroken" / "checkpoints" / "step-0000002" / "model.safetensors")
     started = load_file(tmp_path / "unbroken" / LEXICON_TABLE)["table"]
@@ -270,17 +276,7 @@ def test_a_learned_projection_trains_a_map_of_the_teachers_rows_and_saves_one_ta
 
 def test_a_learned_projection_resumes_to_the_unbroken_runs_weights(work, tmp_path):
     """The checkpoint holds the projection, the run folder the rows: killed after step 2, resumed, the same end."""
-    teacher = work / "teacher" / "best"
-    extra = ["model.lexicon.source=teacher_embeddings", "model.lexicon.projection=learned", "training.max_steps=4",
-             "training.eval_every=2", "training.keep_checkpoints=2"]  # fmt: skip
-    runs = {name: distill_args(teacher, work / "student.yaml", tmp_path / name, tmp_path / "cache", *extra)
-            for name in ("unbroken", "killed")}  # fmt: skip
-    for args in runs.values():
-        assert main(args) == 0
-    shutil.rmtree(tmp_path / "killed" / "checkpoints" / "step-0000004")
-    assert main(["distill", "--resume", *runs["killed"][1:]]) == 0
-    last = Path("checkpoints") / "step-0000004" / "model.safetensors"
-    a, b = load_file(tmp_path / "unbroken" / last), load_file(tmp_path / "killed" / last)
+    a, b = unbroken_and_resumed(work, tmp_path, "model.lexicon.projection=learned")
     assert "embed.projection" in a and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     best = [load_file(tmp_path / n / "best" / "model.safetensors")["embed.weight"] for n in ("unbroken", "killed")]
     assert torch.equal(*best)
