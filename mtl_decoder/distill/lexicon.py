@@ -173,7 +173,7 @@ def build_lexicon(
             f"{vocabulary} tokens: not a table of that tokenizer"
         )
     rows = rows[:vocabulary].double()  # a checkpoint may pad its table past the tokenizer's last id
-    tensors = project(rows, config.model.d_model, lexicon.projection, lexicon.rms)
+    tensors, scale, explained = project(rows, config.model.d_model, lexicon.projection, lexicon.rms)
     table = tensors["table"]
     record = {
         "source": lexicon.source,
@@ -186,9 +186,9 @@ def build_lexicon(
         "teacher_width": int(rows.shape[1]),
         "width": config.model.d_model,
         "projection": lexicon.projection,
-        "explained_variance": tensors.pop("explained", None),
+        "explained_variance": explained,
         "rms": lexicon.rms,
-        "scale": tensors.pop("scale"),
+        "scale": scale,
         "freeze_steps": lexicon.freeze_steps,
         "table_sha256": tensors_sha256([("table", table)]),
         "seconds": round(time.perf_counter() - started, 2),
@@ -196,23 +196,25 @@ def build_lexicon(
     return tensors, record
 
 
-def project(rows: torch.Tensor, width: int, projection: str, rms: float | None) -> dict[str, Any]:
+def project(
+    rows: torch.Tensor, width: int, projection: str, rms: float | None
+) -> tuple[dict[str, torch.Tensor], float, float | None]:
     """The teacher's float64 ``rows`` (V, W) brought to the student's ``width``, scaled to root mean square ``rms``.
 
-    ``table`` (V, width) float32, the student's first table, for every projection; with 'learned' also ``rows``
-    (the centred rows, float32, kept frozen) and ``projection`` (W, width: the PCA directions, scaled) whose product
-    is that table; and the ``scale`` applied and the ``explained`` share of the variance (PCA's; None for 'none')."""
+    The tensors a run folder keeps (``table``: (V, width) float32, the student's first table; with 'learned' also
+    ``rows``, the centred rows in float32, kept frozen, and ``projection``, (W, width) the PCA directions scaled,
+    whose product is that table), the scale applied, and the share of the variance kept (PCA's; None for 'none')."""
     if projection == "none":
         scale = rms / root_mean_square(rows) if rms else 1.0
-        return {"table": (rows * scale).float(), "scale": scale, "explained": None}
+        return {"table": (rows * scale).float()}, scale, None
     mean, directions, explained = principal_axes(rows, width)
     centred = rows - mean
     scale = rms / root_mean_square(centred @ directions.T) if rms else 1.0
     weights = directions.T * scale  # (W, width)
-    out: dict[str, Any] = {"table": (centred @ weights).float(), "scale": scale, "explained": explained}
+    tensors = {"table": (centred @ weights).float()}
     if projection == "learned":
-        out |= {"rows": centred.float(), "projection": weights.float()}
-    return out
+        tensors |= {"rows": centred.float(), "projection": weights.float()}
+    return tensors, scale, explained
 
 
 def principal_axes(rows: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, float]:
