@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 from distill_presets import LEX_EMBED, SMALL, at_seeds
@@ -164,6 +166,8 @@ ROW_TEACHERS = {
     **{name: ECHO for name in ("distill_small_echoteacher_states", "distill_small_echoteacher")},
     **{f"distill_small_states_long_sent_bidirteacher{s}": BIDIR_SHORT_PER_TOKEN
        for s in ("", "_seed1", "_seed2", "_lex_embed", "_lex_learned", "_lex_learned_seed1", "_lex_learned_seed2")},
+    **{f"distill_small_states_sent_bidirteacher_lex_learned_6pass{s}": BIDIR_SHORT_PER_TOKEN for s in ("", "_seed1")},
+    "distill_small_states_long_sent_bidirteacher_lex_learned_aug": BIDIR_SHORT_PER_TOKEN,
 }  # fmt: skip
 """Rows taught by their own teacher (the others by --teacher, $MTL_DECODER_TEACHER or the 16-block model)."""
 
@@ -182,9 +186,25 @@ def distill_command(name: str, config: Path, run_dir: Path, teacher: Path, data_
             f"pass --teacher (or ${TEACHER_ENV})"
         )
     cmd = ["distill", "--teacher", str(teacher), "--config", str(config), "--output-dir", str(run_dir)]
-    if name not in TRAIN_TEXTS_ONLY:
+    if name in AUGMENTED:
+        cmd += [arg for f in UNLABELLED for arg in ("--unlabelled", str(augmented_file(data_root / f)))]
+    elif name not in TRAIN_TEXTS_ONLY:
         cmd += [arg for f in UNLABELLED for arg in ("--unlabelled", str(data_root / f))]
     return cmd
+
+
+AUGMENTED = {"distill_small_states_long_sent_bidirteacher_lex_learned_aug"}
+"""Rows whose unlabelled files each hold their texts and one altered copy of each (``mtl-decoder augment
+--keep-inputs``, its default rules and seed 0): the same four sources, each source's texts about doubled."""
+
+
+def augmented_file(source: Path) -> Path:
+    """``source`` and one altered copy of each of its texts, made once under benchmarks/runs/data."""
+    target = REPO / "benchmarks" / "runs" / "data" / f"{source.stem}_aug1.txt"
+    if not target.is_file():
+        augment = ["augment", "--input", str(source), "--output", str(target), "--keep-inputs"]
+        subprocess.run([sys.executable, "-m", "mtl_decoder", *augment], check=True, cwd=REPO)
+    return target
 
 
 def distill_facts(run_dir: Path) -> dict:

@@ -225,4 +225,19 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
         "of the teacher's whole token-embedding table",
         seeds=(0, 1, 2),
     ),
+    # the learned projection's best validation came at steps 18,000-19,000 of 19,500 at all three seeds: six passes
+    # over the transfer set (39,000 steps, the cosine schedule stretched to them), the same recipe otherwise
+    **with_seeds(
+        "distill_small_states_sent_bidirteacher_lex_learned_6pass",
+        [*SMALL, *LEX_LEARNED, *SENTENCE_STATES, "training.max_steps=39000"],
+        "distill_small_states_long_sent_bidirteacher_lex_learned at six passes over the transfer set (39,000 steps)",
+    ),
+    # the transfer set widened (Tang et al. 2019): each unlabelled text and one altered copy of it (words dropped,
+    # swapped for words of their shape, cut to n-grams: mtl-decoder augment), labelled by the same teacher
+    "distill_small_states_long_sent_bidirteacher_lex_learned_aug": (
+        "ple.yaml",
+        [*SMALL, *LEX_LEARNED, *SENTENCE_STATES, "training.max_steps=19500"],
+        "distill_small_states_long_sent_bidirteacher_lex_learned, its unlabelled files each with one altered copy "
+        "of every text (mtl-decoder augment --keep-inputs)",
+    ),
 }

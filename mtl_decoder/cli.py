@@ -2,6 +2,7 @@
 
     mtl-decoder train    --config C [--output-dir DIR] [--resume | --overwrite] [key=value ...]
     mtl-decoder distill  --teacher RUN/best --config C [--unlabelled FILE]... [--output-dir DIR] [key=value ...]
+    mtl-decoder augment  --input FILE... --output OUT.txt [--copies N] [--seed S]   (more transfer text for distill)
     mtl-decoder evaluate --model RUN/best [--split test] [--tasks a,b] [--data TASK=PATH ...] [--output DIR]
     mtl-decoder predict  --model RUN/best --input FILE --output OUT.jsonl [--tasks a,b] [--on-error skip] [--force]
                          [--gate-table TABLE] [--shard K/N]
@@ -27,6 +28,7 @@ import sys
 import unicodedata
 from collections.abc import Callable
 
+from mtl_decoder.commands.augment import add_augment
 from mtl_decoder.commands.diagnostics import add_debug_data, add_diagnose, add_overfit
 from mtl_decoder.commands.evaluate import add_evaluate
 from mtl_decoder.commands.export import add_export
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_train(sub)
     add_distill(sub)
+    add_augment(sub)
     add_evaluate(sub)
     add_predict(sub)
     add_merge_predictions(sub)
