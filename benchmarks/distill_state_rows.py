@@ -231,6 +231,7 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
         "distill_small_states_sent_bidirteacher_lex_learned_6pass",
         [*SMALL, *LEX_LEARNED, *SENTENCE_STATES, "training.max_steps=39000"],
         "distill_small_states_long_sent_bidirteacher_lex_learned at six passes over the transfer set (39,000 steps)",
+        seeds=(0, 1, 2),
     ),
     # the transfer set widened (Tang et al. 2019): each unlabelled text and one altered copy of it (words dropped,
     # swapped for words of their shape, cut to n-grams: mtl-decoder augment), labelled by the same teacher
