@@ -10,8 +10,11 @@ from doc_sources import DASH, fmt, lookup
 
 from mtl_decoder.config.schema import DistillConfig
 
-FEATURED_STUDENTS = ("distill_small_states_long_sent",)
-"""quality_states.json's students the README's summary shows: the recipe files' rows."""
+FEATURED_STUDENTS = {
+    "distill_small_states_long_sent": "configs/distill_fast.yaml",
+    "distill_small_states_sent_bidirteacher_lex_learned_6pass": "configs/distill_fast_lexicon.yaml",
+}
+"""quality_states.json's students the README's summary shows: the recipe files' rows, and the files."""
 DISTILL_DEFAULTS = (DistillConfig().temperature, DistillConfig().alpha)
 """distill.temperature and distill.alpha's defaults: the README's students are the rows run at them."""
 
@@ -64,7 +67,7 @@ def summary_table() -> Table:
     states = "quality_states.json"
     for name in (n for n in FEATURED_STUDENTS if n in lookup(states, "runs")):
         seeds = recipe_seeds(states, name)
-        label = f"`{name}` (distilled student, `configs/distill_fast.yaml`" + (
+        label = f"`{name}` (distilled student, `{FEATURED_STUDENTS[name]}`" + (
             f", mean of {len(seeds)} seeds)" if len(seeds) > 1 else ")"
         )
         rows.append(

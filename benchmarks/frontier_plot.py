@@ -14,6 +14,7 @@ import dataclasses
 import json
 import re
 import sys
+from collections.abc import Collection
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -63,12 +64,12 @@ def _row(point: Point) -> str:
     return point.sources["words_per_cpu_s"].split(" ", 1)[1].split(".")[1]
 
 
-def _featured(point: Point, featured: tuple[str, ...]) -> bool:
+def _featured(point: Point, featured: Collection[str]) -> bool:
     return any(_row(point) == row or _row(point).startswith(row + "_seed") for row in featured)
 
 
 def _marks(
-    points: list[Point], metric: str, reference: str | None, featured: tuple[str, ...] = FEATURED_STUDENTS
+    points: list[Point], metric: str, reference: str | None, featured: Collection[str] = FEATURED_STUDENTS
 ) -> list[Mark]:
     """The points with METRIC, as marks; a label ends in '*' when its speed was measured on another CPU.
 

@@ -59,11 +59,18 @@ def test_the_hybrid_recipe_files_are_the_rows_that_measured_them(recipe, row):
     assert load_config(REPO / "configs" / "bench" / recipe, same_dir).to_yaml() == measured.to_yaml()
 
 
-def test_the_fast_student_recipe_is_the_row_that_measured_it():
-    config, overrides, _ = DISTILL.DISTILL_MODELS["distill_small_states_long_sent"]
+@pytest.mark.parametrize(
+    "recipe, row",
+    [
+        ("distill_fast.yaml", "distill_small_states_long_sent"),
+        ("distill_fast_lexicon.yaml", "distill_small_states_sent_bidirteacher_lex_learned_6pass"),
+    ],
+)
+def test_the_fast_student_recipes_are_the_rows_that_measured_them(recipe, row):
+    config, overrides, _ = DISTILL.DISTILL_MODELS[row]
     same_dir = ["training.output_dir=runs/x", "training.max_minutes=200"]  # the cap: quality.py's --minutes
     measured = load_config(REPO / "configs" / "bench" / config, [*overrides, *same_dir])
-    assert load_config(REPO / "configs" / "distill_fast.yaml", same_dir).to_yaml() == measured.to_yaml()
+    assert load_config(REPO / "configs" / recipe, same_dir).to_yaml() == measured.to_yaml()
 
 
 @pytest.mark.parametrize("name", sorted(DISTILL.DISTILL_MODELS))
