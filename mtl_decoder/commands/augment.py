@@ -27,7 +27,8 @@ def run_augment(args: argparse.Namespace) -> None:
         raise UserError(f"{output}: already exists (use --force to overwrite)")
     texts = [words_of(item) for _, items in read_unlabelled(args.input, None) for item in items]
     counts = AugmentCounts()
-    with AtomicFile(output) as out:  # nothing at --output until every copy is written
+    # nothing at --output until every copy is written; without --force a file that appears meanwhile is kept
+    with AtomicFile(output, replace=args.force) as out:
         if args.keep_inputs:  # the texts first, then their copies: one file, one source of the transfer set
             for words in texts:
                 out.write_line(" ".join(words))
