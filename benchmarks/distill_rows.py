@@ -168,7 +168,8 @@ ROW_TEACHERS = {
        for s in ("", "_seed1", "_seed2", "_lex_embed", "_lex_learned", "_lex_learned_seed1", "_lex_learned_seed2")},
     **{f"distill_small_states_sent_bidirteacher_lex_learned_6pass{s}": BIDIR_SHORT_PER_TOKEN
        for s in ("", "_seed1", "_seed2")},
-    "distill_small_states_long_sent_bidirteacher_lex_learned_aug": BIDIR_SHORT_PER_TOKEN,
+    **{f"distill_small_states_long_sent_bidirteacher_lex_learned_{lever}": BIDIR_SHORT_PER_TOKEN
+       for lever in ("aug", "hashdrop", "char64")},
 }  # fmt: skip
 """Rows taught by their own teacher (the others by --teacher, $MTL_DECODER_TEACHER or the 16-block model)."""
 
