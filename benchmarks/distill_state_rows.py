@@ -248,6 +248,23 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
         "distill_small_states_long_sent_bidirteacher_lex_learned with a character CNN twice as wide (64-dim "
         "characters, 128 filters)",
     ),
+    # neither moved unseen names (0.726 / 0.733 against 0.730): the student's width at the same recipe, d_model 160
+    # (experts 320 wide: about 1.5 times the arithmetic per word, so still a fast student if its words_per_cpu_s stays
+    # above 10,000), the learning rate scaled by 128 / 160 as the wide row's one-pass deficit suggested
+    "distill_w160_states_long_sent_bidirteacher_lex_learned": (
+        "ple.yaml",
+        [
+            *[o for o in SMALL if not o.startswith(("model.d_model=", "model.expert_hidden="))],
+            "model.d_model=160",
+            "model.expert_hidden=320",
+            "training.lr=1.6e-3",
+            *LEX_LEARNED,
+            *SENTENCE_STATES,
+            "training.max_steps=19500",
+        ],
+        "distill_small_states_long_sent_bidirteacher_lex_learned at d_model 160 (experts 320 wide), learning rate "
+        "1.6e-3",
+    ),
     # the transfer set widened (Tang et al. 2019): each unlabelled text and one altered copy of it (words dropped,
     # swapped for words of their shape, cut to n-grams: mtl-decoder augment), labelled by the same teacher
     "distill_small_states_long_sent_bidirteacher_lex_learned_aug": (

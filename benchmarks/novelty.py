@@ -5,10 +5,14 @@ models, with the scorer ``mtl-decoder evaluate`` uses (mtl_decoder/evaluation/no
     pip install -e '.[peers]'                                   # the CRF peer (sklearn-crfsuite)
     python benchmarks/novelty.py                                # the CRF peer alone
     python benchmarks/novelty.py --model hybrid=runs/hybrid/best --model frozen=runs/frozen/best --no-crf
+    python benchmarks/novelty.py --no-crf --transfer ../shared/data/unlabelled/news.txt   # names a transfer set holds
 
 A model's CoNLL task is the one of its tagging tasks whose train file is CoNLL-2003's (``--task`` names it
 otherwise); it is evaluated through ``evaluate(..., data=..., train_data=...)`` on ``--data-root``'s files. Entries
 merge into benchmarks/results/novelty.json by name; ``report`` renders the table docs/benchmarks.md shows.
+``--transfer`` counts, per split, the gold entities unseen in training whose words occur in a row in the given text
+files (one text per line, words split on white space): the names a distilled student could meet in its transfer set
+(``transfer_coverage`` in the results).
 """
 
 from __future__ import annotations
@@ -25,7 +29,13 @@ sys.path.insert(0, str(HERE / "peers"))  # crf.py and peer_common.py
 from peer_common import conll2003, default_data_root, run_facts  # noqa: E402
 
 from mtl_decoder.evaluation.metrics import tagging_metrics  # noqa: E402
-from mtl_decoder.evaluation.novelty import seen_surfaces, seen_unseen_metrics, slice_metrics  # noqa: E402
+from mtl_decoder.evaluation.novelty import (  # noqa: E402
+    mentions,
+    seen_surfaces,
+    seen_unseen_metrics,
+    slice_metrics,
+    surface,
+)
 
 RESULTS = HERE / "results" / "novelty.json"
 SPLITS = ("validation", "test")
@@ -71,6 +81,20 @@ def model_entry(folder: Path, root: Path, task: str | None) -> dict[str, Any]:
     return out
 
 
+def transfer_coverage(root: Path, seen: set[str], files: list[Path]) -> dict[str, Any]:
+    """Per split: how many gold entities unseen in training occur, as a run of whole words, in ``files``."""
+    # one text per line, lines kept apart (" \n "), so no name is found across two texts
+    text = " " + " \n ".join(" ".join(line.split()) for f in files for line in f.open(encoding="utf-8")) + " "
+    out: dict[str, Any] = {"files": [f.name for f in files]}
+    for split in SPLITS:
+        words, tags = conll2003(root, split)
+        unseen = [surface(w, m) for w, t in zip(words, tags, strict=True) for m in mentions(t)]
+        unseen = [name for name in unseen if name not in seen]
+        found = sum(f" {name} " in text for name in unseen)
+        out[split] = {"unseen": len(unseen), "in_transfer": found, "share": found / len(unseen) if unseen else 0.0}
+    return out
+
+
 def _conll_task(folder: Path) -> str:
     import yaml
 
@@ -103,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", help="the models' CoNLL task name (default: found in each config)")
     parser.add_argument("--iterations", type=int, default=100, help="the CRF's L-BFGS iterations")
     parser.add_argument("--no-crf", action="store_true", help="leave the CRF peer out")
+    parser.add_argument("--transfer", type=Path, action="append", default=[], metavar="FILE",
+                        help="a transfer-set text file (repeatable): count the unseen entities it holds")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     results = json.loads(args.out.read_text()) if args.out.exists() else {"entries": {}}
@@ -117,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     for entry in entries.values():
         entry["run"] = run_facts()
     results["entries"].update(entries)
+    if args.transfer:
+        results["transfer_coverage"] = transfer_coverage(args.data_root, seen, args.transfer)
+        print(json.dumps(results["transfer_coverage"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(report(results))
