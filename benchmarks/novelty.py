@@ -36,6 +36,7 @@ from mtl_decoder.evaluation.novelty import (  # noqa: E402
     slice_metrics,
     surface,
 )
+from mtl_decoder.files import atomic_write_text  # noqa: E402
 
 RESULTS = HERE / "results" / "novelty.json"
 SPLITS = ("validation", "test")
@@ -131,7 +132,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="a transfer-set text file (repeatable): count the unseen entities it holds")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    results = json.loads(args.out.read_text()) if args.out.exists() else {"entries": {}}
     words, tags = conll2003(args.data_root, "train")
     seen = seen_surfaces(zip(words, tags, strict=True))
     entries: dict[str, Any] = {}
@@ -142,12 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         entries[name] = model_entry(Path(folder), args.data_root, args.task)
     for entry in entries.values():
         entry["run"] = run_facts()
+    # read just before writing: another novelty.py may have added entries while this one evaluated
+    results = json.loads(args.out.read_text()) if args.out.exists() else {"entries": {}}
     results["entries"].update(entries)
     if args.transfer:
         results["transfer_coverage"] = transfer_coverage(args.data_root, seen, args.transfer)
         print(json.dumps(results["transfer_coverage"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(args.out, json.dumps(results, indent=2) + "\n")
     print(report(results))
     return 0
 
