@@ -251,8 +251,8 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
     # neither moved unseen names (0.726 / 0.733 against 0.730): the student's width at the same recipe, d_model 160
     # (experts 320 wide: about 1.5 times the arithmetic per word, so still a fast student if its words_per_cpu_s stays
     # above 10,000), the learning rate scaled by 128 / 160 as the wide row's one-pass deficit suggested
-    "distill_w160_states_long_sent_bidirteacher_lex_learned": (
-        "ple.yaml",
+    **with_seeds(
+        "distill_w160_states_long_sent_bidirteacher_lex_learned",
         [
             *[o for o in SMALL if not o.startswith(("model.d_model=", "model.expert_hidden="))],
             "model.d_model=160",
