@@ -254,6 +254,7 @@ PRETRAINED_TOP_SEMEVAL = [
     "smollm2_semeval_hybrid2_on16_single_aspect",
     "smollm2_semeval_hybrid2_on16_single_polarity",
     "smollm2_semeval_hybrid2_on16_bidir_single_aspect",
+    "smollm2_semeval_hybrid2_on16_bidir_single_aspect_seed1",
     "smollm2_semeval_hybrid2_on16_bidir_single_polarity",
     "smollm2_semeval_hybrid2_on16_bidir_single_polarity_seed1",
 ]
