@@ -242,8 +242,8 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
         "distill_small_states_long_sent_bidirteacher_lex_learned with the hashed features naming a word blanked for "
         "half of a batch's distinct words (model.word_hash_dropout 0.5)",
     ),
-    "distill_small_states_long_sent_bidirteacher_lex_learned_char64": (
-        "ple.yaml",
+    **with_seeds(
+        "distill_small_states_long_sent_bidirteacher_lex_learned_char64",
         [*SMALL, *LEX_LEARNED, *SENTENCE_STATES, "training.max_steps=19500", "model.char_embedding=64"],
         "distill_small_states_long_sent_bidirteacher_lex_learned with a character CNN twice as wide (64-dim "
         "characters, 128 filters)",
