@@ -235,7 +235,8 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
     ),
     # the student loses to its teacher on unseen names alone (novelty.json: seen-entity F1 0.94 for both, unseen 0.73
     # against 0.81): two levers that make a name be read from its characters and context rather than remembered,
-    # each at seed 0 beside distill_small_states_long_sent_bidirteacher_lex_learned (same teacher, targets, steps)
+    # beside distill_small_states_long_sent_bidirteacher_lex_learned (same teacher, targets, steps; seed 0, the
+    # character CNN also at seed 1)
     "distill_small_states_long_sent_bidirteacher_lex_learned_hashdrop": (
         "ple.yaml",
         [*SMALL, *LEX_LEARNED, *SENTENCE_STATES, "training.max_steps=19500", "model.word_hash_dropout=0.5"],
