@@ -85,7 +85,8 @@ def model_entry(folder: Path, root: Path, task: str | None) -> dict[str, Any]:
 def transfer_coverage(root: Path, seen: set[str], files: list[Path]) -> dict[str, Any]:
     """Per split: how many gold entities unseen in training occur, as a run of whole words, in ``files``."""
     # one text per line, lines kept apart (" \n "), so no name is found across two texts
-    text = " " + " \n ".join(" ".join(line.split()) for f in files for line in f.read_text(encoding="utf-8").splitlines()) + " "
+    lines = [" ".join(line.split()) for f in files for line in f.read_text(encoding="utf-8").splitlines()]
+    text = " " + " \n ".join(lines) + " "
     out: dict[str, Any] = {"files": [f.name for f in files]}
     for split in SPLITS:
         words, tags = conll2003(root, split)
