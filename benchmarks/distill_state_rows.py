@@ -266,6 +266,15 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
         "distill_small_states_long_sent_bidirteacher_lex_learned at d_model 160 (experts 320 wide), learning rate "
         "1.6e-3",
     ),
+    # issue 35's mid student: what no lookup table gave (the teacher's knowledge of unseen names) from the teacher's
+    # own first four blocks, frozen and cached as configs/bench/smollm2_frozen.yaml reads block 16 (gold labels
+    # alone: smollm2_b4_ple, 0.831 / 0.846), the small student's two native layers on top, the recipe's targets
+    "distill_b4_states_long_sent_bidirteacher": (
+        "smollm2_frozen.yaml",
+        ["model.trunk.layers=4", *SMALL, *SENTENCE_STATES, "training.max_steps=19500"],
+        "the small student's native layers on SmolLM2's first four blocks (frozen, cached), taught by the "
+        "bidirectional hybrid with the recipe's targets at three passes",
+    ),
     # the transfer set widened (Tang et al. 2019): each unlabelled text and one altered copy of it (words dropped,
     # swapped for words of their shape, cut to n-grams: mtl-decoder augment), labelled by the same teacher
     "distill_small_states_long_sent_bidirteacher_lex_learned_aug": (
