@@ -23,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from distill_presets import LEX_EMBED, SMALL, at_seeds
@@ -171,7 +172,7 @@ ROW_TEACHERS = {
     **{f"distill_small_states_long_sent_bidirteacher_lex_learned_{lever}": BIDIR_SHORT_PER_TOKEN
        for lever in ("aug", "hashdrop", "char64", "char64_seed1")},
     **{f"distill_w160_states_long_sent_bidirteacher_lex_learned{s}": BIDIR_SHORT_PER_TOKEN for s in ("", "_seed1")},
-    "distill_b4_states_long_sent_bidirteacher": BIDIR_SHORT_PER_TOKEN,
+    **{f"distill_b{n}_states_long_sent_bidirteacher": BIDIR_SHORT_PER_TOKEN for n in (1, 4)},
 }  # fmt: skip
 """Rows taught by their own teacher (the others by --teacher, $MTL_DECODER_TEACHER or the 16-block model)."""
 
@@ -241,16 +242,22 @@ def lexicon_facts(run_dir: Path) -> dict:
 
 
 def words_per_cpu_s(best: Path, data_root: Path) -> dict:
-    """The student's prediction speed at one thread, measured as benchmarks/spacy_throughput.py measures ours."""
+    """The student's prediction speed at one thread, measured as benchmarks/spacy_throughput.py measures ours.
+
+    A student on a frozen pretrained trunk reads an empty state cache, as benchmarks/pretrained_throughput.py times
+    such models: every sentence runs through the trunk as a new text does (its training cache, which holds no test
+    sentence, would only add the cost of indexing its shards)."""
+    from pretrained_throughput import runner
     from spacy_throughput import ours, read_sentences, timed
 
     from mtl_decoder.saved import load_model
 
     saved = load_model(best, device="cpu")
     items = read_sentences(data_root, SPEED_SENTENCES)
-    run = ours(saved, items, 1)
-    run()  # warm-up
-    rounds = [timed(run) for _ in range(SPEED_ROUNDS)]
+    with tempfile.TemporaryDirectory() as empty:
+        run = runner(saved, items, "fp32", Path(empty)) if (best / "trunk.json").is_file() else ours(saved, items, 1)
+        run()  # warm-up
+        rounds = [timed(run) for _ in range(SPEED_ROUNDS)]
     return {
         "words_per_cpu_s": statistics.median(r["words_per_cpu_s"] for r in rounds),
         "words_per_s": statistics.median(r["words_per_s"] for r in rounds),

@@ -3,6 +3,7 @@
     python benchmarks/quality.py                       # everything (several hours on a 2-core CPU)
     python benchmarks/quality.py --models ple,mlp      # some of them
     python benchmarks/quality.py --table               # print the table of what benchmarks/results holds
+    python benchmarks/quality.py --models distill_x --retime   # a distill row's student timed again, not trained
 
 Each model trains in its own process for the number of steps its config sets (training.max_steps), so what a
 run learns does not depend on the machine's speed; training.max_minutes (--minutes, default 120) is only a
@@ -154,6 +155,18 @@ def _headline(metrics: dict) -> dict:
     return {k: metrics[k] for k in keys if k in metrics}
 
 
+def retime(name: str, args: argparse.Namespace, results: dict) -> dict:
+    """Row ``name``'s entry with its student's speed measured again on this machine (its quality unchanged)."""
+    if name not in DISTILL_MODELS or name not in results["runs"]:
+        raise SystemExit(f"--retime: {name!r} is not a distill row with a result in {args.results}")
+    run = dict(results["runs"][name])
+    before = run.get("words_per_cpu_s")
+    run.update(words_per_cpu_s(args.runs_dir / name / "best", args.data_root))
+    run["retimed"] = {"words_per_cpu_s_before": before, **machine()}
+    print(f"[{name}] {before} -> {run['words_per_cpu_s']} words per CPU-second", flush=True)
+    return save_run(args.results, name, run)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(DEFAULT), help=f"comma-separated, from {', '.join(MODELS)}")
@@ -168,6 +181,8 @@ def main() -> None:
     )
     parser.add_argument("--override", action="append", default=[], help="extra key=value for every model")
     parser.add_argument("--table", action="store_true", help="only print the table of the saved results")
+    parser.add_argument("--retime", action="store_true", help="distill_* rows: time the finished run's student "
+                        "again (words_per_cpu_s, this machine) instead of training it")  # fmt: skip
     parser.add_argument("--teacher", help="distill_* rows: the teacher folder (default: $MTL_DECODER_TEACHER, else "
                         "benchmarks/runs/smollm2_frozen_ple/best)")  # fmt: skip
     args = parser.parse_args()
@@ -182,6 +197,9 @@ def main() -> None:
         semeval = any("semeval" in MODELS[n][0] for n in names)
         carved = carve_semeval(args.data_root, args.runs_dir / "data") if semeval else None
         for name in names:
+            if args.retime:
+                results = retime(name, args, results)
+                continue
             run = train_one(name, args, carved)
             run["metrics"] = evaluate_one(name, args)
             if name in DISTILL_MODELS:
