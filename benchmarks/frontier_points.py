@@ -13,6 +13,8 @@ its test metrics; each record names the file and path of every figure (``FILE PA
   of the same models, not drawn twice; the untrained entries have no quality);
 - the distilled students: their rows in ``quality.json``, ``quality_lexicon.json`` and ``quality_states.json`` (the
   last with another training of the teacher: "(teacher retrained)"; ``words_per_cpu_s`` timed after training);
+- the students on a frozen trunk's first blocks in W8A8: the int8 entries of ``pretrained_throughput_b4_student.json``
+  and ``pretrained_throughput_b1_student.json`` (speed and test metrics of the quantized weights);
 - ``ple`` from scratch: ``quality_rerun.json`` for its quality, ``spacy_throughput.json`` for its speed (the pairing
   of the README's summary table; speed does not depend on the weights);
 - spaCy's CNN pipeline: ``peers.json`` for its quality, and the speed timed beside our pretrained models in
@@ -46,6 +48,9 @@ PRETRAINED_FILES = (
     "pretrained_throughput_hybrid_bidir.json",
 )
 DISTILL_FILES = ("quality.json", "quality_lexicon.json", "quality_states.json")
+STUDENT_TRUNK_FILES = ("pretrained_throughput_b4_student.json", "pretrained_throughput_b1_student.json")
+"""Students on a frozen trunk's first blocks (distill_bN_*), timed in fp32 and in W8A8 after mtl-decoder quantize:
+their int8 entries are drawn as distilled points (their fp32 speed is the row's own, in quality_states.json)."""
 RETAUGHT = {"quality_states.json": " (teacher retrained)"}
 """A suffix for the rows of a file whose teacher is another training of the same recipe (the same row names): only
 those taught by it (RETAUGHT_TEACHER); a row naming its own teacher (``bidirteacher``, ``echoteacher``) has none."""
@@ -168,6 +173,27 @@ def distilled_points(results: Path) -> list[Point]:
     return points
 
 
+def student_w8a8_points(results: Path) -> list[Point]:
+    """The int8 entries of STUDENT_TRUNK_FILES: a frozen-trunk student's W8A8 speed and test metrics."""
+    points = []
+    for file in STUDENT_TRUNK_FILES:
+        data = _load(results, file) or {"entries": []}
+        for entry in (e for e in data["entries"] if e["precision"] == "int8"):
+            at = f"{file} entries[name={entry['name']}]"
+            row = entry["name"].split("/")[0].removeprefix("distill_").replace("_", " ")
+            points.append(
+                _point(
+                    f"{row} W8A8",
+                    "distilled",
+                    entry.get("cpu", data.get("cpu")),
+                    speed=(entry["words_per_cpu_s"], f"{at}.words_per_cpu_s"),
+                    conll=(entry.get("conll2003_test_f1"), f"{at}.conll2003_test_f1"),
+                    sst2=(entry.get("sst2_test_accuracy"), f"{at}.sst2_test_accuracy"),
+                )
+            )
+    return points
+
+
 def scratch_points(results: Path) -> list[Point]:
     """``ple`` from scratch (quality_rerun.json's quality, spacy_throughput.json's speed) and the size variants timed
     beside it (untrained, speed alone)."""
@@ -230,7 +256,8 @@ def peer_points(results: Path) -> list[Point]:
 
 def candidates(results: Path = RESULTS) -> list[Point]:
     """Every system the results folder names with a speed or a test metric, drawable or not."""
-    return pretrained_points(results) + distilled_points(results) + scratch_points(results) + peer_points(results)
+    ours = pretrained_points(results) + distilled_points(results) + student_w8a8_points(results)
+    return ours + scratch_points(results) + peer_points(results)
 
 
 def gather(results: Path = RESULTS) -> list[Point]:
