@@ -25,13 +25,13 @@ def at_seeds(name: str, overrides: list[str], seeds: tuple[int, ...] = (1, 2)) -
 
 
 def with_seeds(
-    name: str, overrides: list[str], what: str, seeds: tuple[int, ...] = (0, 1)
+    name: str, overrides: list[str], what: str, seeds: tuple[int, ...] = (0, 1), config: str = "ple.yaml"
 ) -> dict[str, tuple[str, list[str], str]]:
-    """Row ``name`` (configs/bench/ple.yaml with ``overrides``) at each seed: seed 0 as ``name``, the others as
+    """Row ``name`` (configs/bench/``config`` with ``overrides``) at each seed: seed 0 as ``name``, the others as
     ``NAME_seedN``."""
     return {
         name + (f"_seed{n}" if n else ""): (
-            "ple.yaml",
+            config,
             [*overrides, *([f"training.seed={n}"] if n else [])],
             what + (f", seed {n}" if n else ""),
         )

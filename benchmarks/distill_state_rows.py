@@ -269,20 +269,24 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
     # issue 35's mid student: what no lookup table gave (the teacher's knowledge of unseen names) from the teacher's
     # own first four blocks, frozen and cached as configs/bench/smollm2_frozen.yaml reads block 16 (gold labels
     # alone: smollm2_b4_ple, 0.831 / 0.846), the small student's two native layers on top, the recipe's targets
-    "distill_b4_states_long_sent_bidirteacher": (
-        "smollm2_frozen.yaml",
+    **with_seeds(
+        "distill_b4_states_long_sent_bidirteacher",
         ["model.trunk.layers=4", *SMALL, *SENTENCE_STATES, "training.max_steps=19500"],
         "the small student's native layers on SmolLM2's first four blocks (frozen, cached), taught by the "
         "bidirectional hybrid with the recipe's targets at three passes",
+        seeds=(0, 1, 2),
+        config="smollm2_frozen.yaml",
     ),
     # four blocks in W8A8 predict about 5,200 words per CPU-second, the small student's own layers a fifth of that
     # time: the teacher's first block alone (its token embeddings and one block, the stage where a decoder assembles
     # a word from its pieces) for issue 35's fast student
-    "distill_b1_states_long_sent_bidirteacher": (
-        "smollm2_frozen.yaml",
+    **with_seeds(
+        "distill_b1_states_long_sent_bidirteacher",
         ["model.trunk.layers=1", *SMALL, *SENTENCE_STATES, "training.max_steps=19500"],
         "the small student's native layers on SmolLM2's first block (frozen, cached), taught by the bidirectional "
         "hybrid with the recipe's targets at three passes",
+        seeds=(0, 1, 2),
+        config="smollm2_frozen.yaml",
     ),
     # the transfer set widened (Tang et al. 2019): each unlabelled text and one altered copy of it (words dropped,
     # swapped for words of their shape, cut to n-grams: mtl-decoder augment), labelled by the same teacher
