@@ -51,6 +51,7 @@ def test_every_pair_names_two_rows():
         ("bench/smollm2_hybrid_semeval.yaml", "smollm2_semeval_hybrid2_on16_ple"),
         ("distill_fast.yaml", "distill_small_states_long_sent"),
         ("distill_fast_lexicon.yaml", "distill_small_states_sent_bidirteacher_lex_learned_6pass"),
+        ("distill_first_blocks.yaml", "distill_b4_states_long_sent_bidirteacher"),
     ],
 )
 def test_the_recipe_files_are_the_rows_that_measured_them(recipe, row):
