@@ -9,6 +9,20 @@ from distill_presets import LEX_EMBED, LEX_LEARNED, SMALL, at_seeds, with_seeds
 SENTENCE_STATES = ["distill.teacher_precision=int8", "distill.state_weight=1.0", "distill.sentence_state_weight=1.0"]
 """The recipe's targets: the int8 teacher's distributions, its word states and its pooled sentence states."""
 
+
+def first_blocks(blocks: int, which: str) -> dict[str, tuple[str, list[str], str]]:
+    """``distill_bN_states_long_sent_bidirteacher`` at seeds 0-2: the small student's native layers on SmolLM2's first
+    ``blocks`` blocks (configs/bench/smollm2_frozen.yaml, frozen and cached), the recipe's targets at three passes."""
+    return with_seeds(
+        f"distill_b{blocks}_states_long_sent_bidirteacher",
+        [f"model.trunk.layers={blocks}", *SMALL, *SENTENCE_STATES, "training.max_steps=19500"],
+        f"the small student's native layers on SmolLM2's {which} (frozen, cached), taught by the bidirectional "
+        "hybrid with the recipe's targets at three passes",
+        seeds=(0, 1, 2),
+        config="smollm2_frozen.yaml",
+    )
+
+
 STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overrides, what it is), as MODELS
     # issue 35 item 2 on the whole transfer set, each lever alone beside distill_small_int8teacher (same teacher,
     # targets and seed): the teacher's word states as a second target (TinyBERT's intermediate-layer loss), and the
@@ -269,25 +283,11 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
     # issue 35's mid student: what no lookup table gave (the teacher's knowledge of unseen names) from the teacher's
     # own first four blocks, frozen and cached as configs/bench/smollm2_frozen.yaml reads block 16 (gold labels
     # alone: smollm2_b4_ple, 0.831 / 0.846), the small student's two native layers on top, the recipe's targets
-    **with_seeds(
-        "distill_b4_states_long_sent_bidirteacher",
-        ["model.trunk.layers=4", *SMALL, *SENTENCE_STATES, "training.max_steps=19500"],
-        "the small student's native layers on SmolLM2's first four blocks (frozen, cached), taught by the "
-        "bidirectional hybrid with the recipe's targets at three passes",
-        seeds=(0, 1, 2),
-        config="smollm2_frozen.yaml",
-    ),
+    **first_blocks(4, "first four blocks"),
     # four blocks in W8A8 predict about 5,200 words per CPU-second, the small student's own layers a fifth of that
     # time: the teacher's first block alone (its token embeddings and one block, the stage where a decoder assembles
     # a word from its pieces) for issue 35's fast student
-    **with_seeds(
-        "distill_b1_states_long_sent_bidirteacher",
-        ["model.trunk.layers=1", *SMALL, *SENTENCE_STATES, "training.max_steps=19500"],
-        "the small student's native layers on SmolLM2's first block (frozen, cached), taught by the bidirectional "
-        "hybrid with the recipe's targets at three passes",
-        seeds=(0, 1, 2),
-        config="smollm2_frozen.yaml",
-    ),
+    **first_blocks(1, "first block"),
     # the transfer set widened (Tang et al. 2019): each unlabelled text and one altered copy of it (words dropped,
     # swapped for words of their shape, cut to n-grams: mtl-decoder augment), labelled by the same teacher
     "distill_small_states_long_sent_bidirteacher_lex_learned_aug": (

@@ -33,6 +33,7 @@ import dataclasses
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,17 +129,24 @@ def _pretrained_label(entry: dict[str, Any], file: str = "") -> str:
     return f"{blocks} blocks {entry['precision']}{untrained}"
 
 
-def pretrained_points(results: Path) -> list[Point]:
-    """Every entry of the pretrained-throughput files: speed and quality of the same weights, side by side."""
+def _throughput_points(
+    results: Path,
+    files: tuple[str, ...],
+    family: str,
+    keep: Callable[[dict[str, Any]], bool],
+    label: Callable[[dict[str, Any], str], str],
+) -> list[Point]:
+    """A Point per entry of pretrained_throughput.py's ``files`` that ``keep(entry)`` takes, named ``label(entry,
+    file)``: the speed and test metrics of the same weights, side by side."""
     points = []
-    for file in PRETRAINED_FILES:
+    for file in files:
         data = _load(results, file) or {"entries": []}
-        for entry in data["entries"]:
+        for entry in filter(keep, data["entries"]):
             at = f"{file} entries[name={entry['name']}]"
             points.append(
                 _point(
-                    _pretrained_label(entry, file),
-                    "pretrained",
+                    label(entry, file),
+                    family,
                     entry.get("cpu", data.get("cpu")),
                     speed=(entry["words_per_cpu_s"], f"{at}.words_per_cpu_s"),
                     conll=(entry.get("conll2003_test_f1"), f"{at}.conll2003_test_f1"),
@@ -146,6 +154,11 @@ def pretrained_points(results: Path) -> list[Point]:
                 )
             )
     return points
+
+
+def pretrained_points(results: Path) -> list[Point]:
+    """Every entry of the pretrained-throughput files."""
+    return _throughput_points(results, PRETRAINED_FILES, "pretrained", lambda entry: True, _pretrained_label)
 
 
 def _retaught(file: str, run: dict) -> str:
@@ -175,23 +188,13 @@ def distilled_points(results: Path) -> list[Point]:
 
 def student_w8a8_points(results: Path) -> list[Point]:
     """The int8 entries of STUDENT_TRUNK_FILES: a frozen-trunk student's W8A8 speed and test metrics."""
-    points = []
-    for file in STUDENT_TRUNK_FILES:
-        data = _load(results, file) or {"entries": []}
-        for entry in (e for e in data["entries"] if e["precision"] == "int8"):
-            at = f"{file} entries[name={entry['name']}]"
-            row = entry["name"].split("/")[0].removeprefix("distill_").replace("_", " ")
-            points.append(
-                _point(
-                    f"{row} W8A8",
-                    "distilled",
-                    entry.get("cpu", data.get("cpu")),
-                    speed=(entry["words_per_cpu_s"], f"{at}.words_per_cpu_s"),
-                    conll=(entry.get("conll2003_test_f1"), f"{at}.conll2003_test_f1"),
-                    sst2=(entry.get("sst2_test_accuracy"), f"{at}.sst2_test_accuracy"),
-                )
-            )
-    return points
+
+    def label(entry: dict[str, Any], file: str) -> str:
+        return entry["name"].split("/")[0].removeprefix("distill_").replace("_", " ") + " W8A8"
+
+    return _throughput_points(
+        results, STUDENT_TRUNK_FILES, "distilled", lambda entry: entry["precision"] == "int8", label
+    )
 
 
 def scratch_points(results: Path) -> list[Point]:
