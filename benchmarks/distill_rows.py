@@ -174,6 +174,7 @@ ROW_TEACHERS = {
     **{f"distill_w160_states_long_sent_bidirteacher_lex_learned{s}": BIDIR_SHORT_PER_TOKEN for s in ("", "_seed1")},
     **{f"distill_b{n}_states_long_sent_bidirteacher{s}": BIDIR_SHORT_PER_TOKEN
        for n in (1, 4) for s in ("", "_seed1", "_seed2")},
+    **{f"distill_b1_states_sent_bidirteacher_6pass{s}": BIDIR_SHORT_PER_TOKEN for s in ("", "_seed1", "_seed2")},
 }  # fmt: skip
 """Rows taught by their own teacher (the others by --teacher, $MTL_DECODER_TEACHER or the 16-block model)."""
 

@@ -10,14 +10,21 @@ SENTENCE_STATES = ["distill.teacher_precision=int8", "distill.state_weight=1.0",
 """The recipe's targets: the int8 teacher's distributions, its word states and its pooled sentence states."""
 
 
-def first_blocks(blocks: int, which: str) -> dict[str, tuple[str, list[str], str]]:
-    """``distill_bN_states_long_sent_bidirteacher`` at seeds 0-2: the small student's native layers on SmolLM2's first
-    ``blocks`` blocks (configs/bench/smollm2_frozen.yaml, frozen and cached), the recipe's targets at three passes."""
+def first_blocks(blocks: int, which: str, passes: int = 3) -> dict[str, tuple[str, list[str], str]]:
+    """``distill_bN_states_long_sent_bidirteacher`` (at six passes ``distill_bN_states_sent_bidirteacher_6pass``) at
+    seeds 0-2: the small student's native layers on SmolLM2's first ``blocks`` blocks
+    (configs/bench/smollm2_frozen.yaml, frozen and cached), the recipe's targets at ``passes`` passes over the
+    transfer set (6,500 steps each)."""
+    name = (
+        f"distill_b{blocks}_states_long_sent_bidirteacher"
+        if passes == 3
+        else (f"distill_b{blocks}_states_sent_bidirteacher_{passes}pass")
+    )
     return with_seeds(
-        f"distill_b{blocks}_states_long_sent_bidirteacher",
-        [f"model.trunk.layers={blocks}", *SMALL, *SENTENCE_STATES, "training.max_steps=19500"],
+        name,
+        [f"model.trunk.layers={blocks}", *SMALL, *SENTENCE_STATES, f"training.max_steps={6500 * passes}"],
         f"the small student's native layers on SmolLM2's {which} (frozen, cached), taught by the bidirectional "
-        "hybrid with the recipe's targets at three passes",
+        f"hybrid with the recipe's targets at {passes} passes",
         seeds=(0, 1, 2),
         config="smollm2_frozen.yaml",
     )
@@ -288,6 +295,9 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
     # time: the teacher's first block alone (its token embeddings and one block, the stage where a decoder assembles
     # a word from its pieces) for issue 35's fast student
     **first_blocks(1, "first block"),
+    # one block meets the fast target's speed and CoNLL bars and is 0.8 short on SST-2 (0.872 in W8A8); six passes
+    # lifted the lookup student's SST-2 by about 1.3 (distill_small_states_sent_bidirteacher_lex_learned_6pass)
+    **first_blocks(1, "first block", passes=6),
     # the transfer set widened (Tang et al. 2019): each unlabelled text and one altered copy of it (words dropped,
     # swapped for words of their shape, cut to n-grams: mtl-decoder augment), labelled by the same teacher
     "distill_small_states_long_sent_bidirteacher_lex_learned_aug": (
