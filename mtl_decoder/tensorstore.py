@@ -18,12 +18,14 @@ Used by the frozen trunk's state cache (model/pretrained/frozen.py) and the dist
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 
@@ -92,12 +94,24 @@ class ShardedStore:
         return self.location.keys()
 
     def read_shard(self, shard: Path) -> dict[str, torch.Tensor] | None:
-        """Every tensor of a shard, checked and copied out of the file.
+        """Every tensor of a shard, checked, each a view of one copy-on-write mapping of the file.
 
-        Every tensor of ``shard``, checked, each copied out of the file mapping (a tensor safetensors returns
-        keeps its file mapped, and one mapping per entry runs out of the kernel's map count); None when the shard
-        is damaged (then set aside)."""
-        return self._read(shard, None)
+        The tensors live in the page cache, not in this process's own memory: the kernel may drop and re-read
+        their pages, and processes reading the same shards share them (a training run holding a whole state cache
+        no longer needs the cache's size in free memory). One mapping per shard, not per tensor (safetensors maps
+        each tensor it returns, and one mapping per entry runs out of the kernel's map count); writing to a tensor
+        copies its page, the file is never changed. None when the shard is damaged (then set aside)."""
+        try:
+            with safe_open(str(shard), framework="pt") as f:  # the header parses and covers the file
+                names = list(f.keys())
+            tensors = _mapped(shard, names)
+            reason = finite(tensors) or (self.check(tensors) if self.check is not None else None)
+            if reason is not None:
+                raise DamagedShard(reason)
+        except (SafetensorError, OSError, ValueError, RuntimeError, DamagedShard) as err:  # RuntimeError: misaligned
+            self._set_aside(shard, _first_line(err))
+            return None
+        return tensors
 
     def read(self, name: str) -> torch.Tensor | None:
         """One tensor, checked alone (an entry of a single tensor named by its key); None when absent or damaged."""
@@ -163,6 +177,28 @@ class ShardedStore:
         self.location.update((entry_key(name), final) for name in tensors)
         self._indexed.add(final)
         return final
+
+
+_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64,
+    "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+}  # fmt: skip
+"""safetensors' dtype names (https://github.com/huggingface/safetensors, the format's README) -> torch's."""
+
+
+def _mapped(path: Path, names: list[str]) -> dict[str, torch.Tensor]:
+    """The tensors ``names`` of a safetensors file (its header already parsed by safe_open) as views of one
+    copy-on-write mapping: 8 bytes of header length, the JSON header (name -> dtype, shape and byte offsets after
+    the header), then the data, each tensor aligned to its element size."""
+    raw = torch.from_numpy(np.memmap(path, dtype=np.uint8, mode="c"))  # (file bytes,)
+    size = int.from_bytes(raw[:8].numpy().tobytes(), "little")
+    header = json.loads(raw[8 : 8 + size].numpy().tobytes())
+    tensors = {}
+    for name in names:
+        entry = header[name]
+        begin, end = (8 + size + offset for offset in entry["data_offsets"])
+        tensors[name] = raw[begin:end].view(_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+    return tensors
 
 
 def _first_line(err: BaseException) -> str:

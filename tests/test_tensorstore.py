@@ -4,6 +4,7 @@ instances, the user's check, and shards that vanish or go bad between indexing a
 from __future__ import annotations
 
 import torch
+from safetensors.torch import load_file
 
 from mtl_decoder.tensorstore import ShardedStore, entry_key
 
@@ -31,3 +32,27 @@ def test_the_users_check_decides_and_a_vanished_shard_reads_as_absent(tmp_path, 
     other.check = reader.check
     assert other.read("b") is None and "already set aside by another process" in capsys.readouterr().err
     assert [p.name.endswith(".damaged") for p in sorted(tmp_path.iterdir())].count(True) == 1
+
+
+def test_a_shard_is_read_as_views_of_one_mapping_that_writes_never_reach(tmp_path):
+    """read_shard maps the file once (not a mapping per tensor, not a copy): every dtype and shape the writer takes
+    comes back equal to safetensors' own reader, and a write to a tensor read stays in this process."""
+    tensors = {
+        "a/x": torch.randn(3, 5),
+        "a/y": torch.randn(2, dtype=torch.float64),
+        "b/h": torch.randn(4, 2).to(torch.bfloat16),
+        "b/i": torch.arange(7, dtype=torch.int64),
+        "b/m": torch.tensor([True, False, True]),
+        "c": torch.tensor(2.5, dtype=torch.float16),
+        "d": torch.zeros(0, 4),
+    }
+    shard = ShardedStore(tmp_path).write(tensors)
+    got = ShardedStore(tmp_path).read_shard(shard)
+    reference = load_file(shard)
+    assert got.keys() == reference.keys() == tensors.keys()
+    for name, t in reference.items():
+        assert got[name].dtype == t.dtype and got[name].shape == t.shape and torch.equal(got[name], t)
+    assert len({t.untyped_storage().data_ptr() for t in got.values()}) == 1  # one mapping for the whole shard
+    got["a/x"].fill_(7.0)
+    assert torch.equal(load_file(shard)["a/x"], tensors["a/x"])
+    assert torch.equal(ShardedStore(tmp_path).read_shard(shard)["a/x"], tensors["a/x"])

@@ -94,7 +94,9 @@ class StateCache:
 
     ``write``: put() also writes new states to ``directory`` (in shards of ``flush_every``); False: the folder is
     only read. ``max_entries``: keep at most this many states in memory, least recently used dropped first (None:
-    all, as training needs); a state read from disk is then read alone, not with its whole shard."""
+    all, as training needs); a state read from disk is then read alone, not with its whole shard. States read by
+    whole shards are views of the shard's file mapping (``ShardedStore.read_shard``): the page cache's memory,
+    shared with other runs reading the folder, not this process's own."""
 
     def __init__(
         self, directory: Path | None, flush_every: int = 1024, *, write: bool = True, max_entries: int | None = None
@@ -166,10 +168,8 @@ class StateCache:
                 self._computed.discard(dropped)
 
     def _load_shard(self, shard: Path) -> None:
-        """Read every entry of a shard into memory at once.
-
-        Read every entry of a shard into memory at once (batches draw from all shards, so the rest is needed
-        soon); nothing when the shard is damaged."""
+        """Every entry of a shard at once (batches draw from all shards, so the rest is needed soon), as views of
+        its file mapping; nothing when the shard is damaged."""
         for name, states in (self.disk.read_shard(shard) or {}).items():
             if name not in self.memory:
                 self.memory[name] = states

@@ -1,0 +1,87 @@
+"""The memory a training run's state cache takes: every entry of a cache folder read as training reads it
+(``StateCache.get`` of each key, whole shards at a time), in a fresh process per way of reading.
+
+    python benchmarks/state_cache_memory.py --cache ~/.cache/mtl-decoder/states/FOLDER [--out FILE]
+
+Two ways, each in its own process: ``mapped`` (today's reader: each shard's tensors are views of one copy-on-write
+mapping of the file, so their pages are the page cache's, shared between processes and dropped under pressure) and
+``copied`` (each tensor copied into the process's own memory, as the reader did before). For each: the states'
+bytes, the process's resident memory split into its own (RssAnon: what must fit in free memory, per process) and
+file pages (RssFile: the page cache's, shared), and the seconds the reading took. Bounded by the folder's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from quality_record import machine
+
+from mtl_decoder.files import atomic_write_text
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def resident() -> dict[str, float]:
+    """This process's resident memory in MiB: VmRSS, RssAnon and RssFile (/proc/self/status)."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024  # kB -> MiB
+    return fields
+
+
+def read_all(cache: Path, copied: bool) -> dict:
+    """Every entry of ``cache`` through StateCache.get, kept in memory as training keeps it."""
+    from mtl_decoder.model.pretrained.frozen import StateCache
+
+    before = resident()
+    start = time.perf_counter()
+    states = StateCache(cache, write=False)
+    keys = list(states.on_disk)
+    total = 0
+    for key in keys:
+        found = states.get(key)
+        total += found.numel() * found.element_size()
+    if copied:  # the reader before: each tensor its own copy out of the file
+        states.memory = type(states.memory)((k, t.clone()) for k, t in states.memory.items())
+    seconds = time.perf_counter() - start
+    after = resident()
+    return {
+        "entries": len(keys),
+        "states_mib": round(total / 2**20, 1),
+        "seconds": round(seconds, 1),
+        **{f"{k}_mib": round(after[k] - before.get(k, 0.0), 1) for k in ("RssAnon", "RssFile")},
+        "peak_VmHWM_mib": round(after["VmHWM"], 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, required=True, help="a state cache folder (shard-*.safetensors)")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "state_cache_memory.json")
+    parser.add_argument("--way", choices=["mapped", "copied"], help=argparse.SUPPRESS)  # one child's way
+    args = parser.parse_args()
+    if args.way:
+        print(json.dumps(read_all(args.cache.expanduser(), args.way == "copied")))
+        return
+    ways = {}
+    for way in ("mapped", "copied"):
+        child = subprocess.run(
+            [sys.executable, __file__, "--cache", str(args.cache), "--way", way],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        ways[way] = json.loads(child.stdout.strip().splitlines()[-1])
+        print(way, ways[way], flush=True)
+    result = {"benchmark": "state_cache_memory", "cache": args.cache.name, "ways": ways, **machine()}
+    atomic_write_text(args.out, json.dumps(result, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
