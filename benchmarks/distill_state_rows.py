@@ -10,6 +10,9 @@ SENTENCE_STATES = ["distill.teacher_precision=int8", "distill.state_weight=1.0",
 """The recipe's targets: the int8 teacher's distributions, its word states and its pooled sentence states."""
 
 
+PASSES = {3: "three", 6: "six"}
+
+
 def first_blocks(blocks: int, which: str, passes: int = 3) -> dict[str, tuple[str, list[str], str]]:
     """``distill_bN_states_long_sent_bidirteacher`` (at six passes ``distill_bN_states_sent_bidirteacher_6pass``) at
     seeds 0-2: the small student's native layers on SmolLM2's first ``blocks`` blocks
@@ -24,7 +27,7 @@ def first_blocks(blocks: int, which: str, passes: int = 3) -> dict[str, tuple[st
         name,
         [f"model.trunk.layers={blocks}", *SMALL, *SENTENCE_STATES, f"training.max_steps={6500 * passes}"],
         f"the small student's native layers on SmolLM2's {which} (frozen, cached), taught by the bidirectional "
-        f"hybrid with the recipe's targets at {passes} passes",
+        f"hybrid with the recipe's targets at {PASSES[passes]} passes",
         seeds=(0, 1, 2),
         config="smollm2_frozen.yaml",
     )
