@@ -13,7 +13,7 @@ file pages (RssFile: the page cache's, shared), and the seconds the reading took
 ``--training-log``: a whole training run instead, from a log of its distill process sampled every 20 s by
 benchmarks/sample_memory.sh (lines ``HH:MM:SS VmHWM: MiB RssAnon: MiB RssFile: MiB avail MiB``): the peaks of its
 own memory and of its file pages, its peak resident size (what quality.py's peak_memory_mb reports: both), and the
-least memory left available to the machine, stored under ``training`` with the row's name.
+least memory left available to the machine, stored under ``runs`` with the row's name.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def main() -> None:
             parser.error("--training-log needs --row")
         result = json.loads(args.out.read_text()) if args.out.is_file() else {"benchmark": "state_cache_memory"}
         peaks = training_peaks(args.training_log)
-        result.setdefault("training", {})[args.row] = {**peaks, "beside": args.beside, **machine()}
+        result.setdefault("runs", {})[args.row] = {**peaks, "beside": args.beside, **machine()}
         print(args.row, peaks)
         atomic_write_text(args.out, json.dumps(result, indent=2))
         return
