@@ -49,7 +49,11 @@ PRETRAINED_FILES = (
     "pretrained_throughput_hybrid_bidir.json",
 )
 DISTILL_FILES = ("quality.json", "quality_lexicon.json", "quality_states.json")
-STUDENT_TRUNK_FILES = ("pretrained_throughput_b4_student.json", "pretrained_throughput_b1_student.json")
+STUDENT_TRUNK_FILES = (
+    "pretrained_throughput_b4_student.json",
+    "pretrained_throughput_b1_student.json",
+    "pretrained_throughput_b1_6pass_student.json",
+)
 """Students on a frozen trunk's first blocks (distill_bN_*), timed in fp32 and in W8A8 after mtl-decoder quantize:
 their int8 entries are drawn as distilled points (their fp32 speed is the row's own, in quality_states.json)."""
 RETAUGHT = {"quality_states.json": " (teacher retrained)"}
