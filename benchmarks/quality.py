@@ -32,7 +32,7 @@ from distill_rows import DISTILL_MODELS, distill_command, distill_facts, teacher
 # The parts beside this script: the models, the table, what a run records; every name stays importable from here
 # (benchmarks/peers/ imports carve_semeval and machine).
 from quality_models import BENCH, DEFAULT, DEFAULT_MINUTES, MODELS, REPO, TASK_FILES
-from quality_record import cpu_info, machine, save_run  # noqa: F401
+from quality_record import OwnMemoryPeak, cpu_info, machine, save_run  # noqa: F401
 from quality_table import (  # noqa: F401
     CAPPED,
     CONLL_SST2_COLUMNS,
@@ -114,7 +114,9 @@ def train_one(name: str, args: argparse.Namespace, carved: tuple[Path, Path] | N
     proc = subprocess.Popen(
         [*cmd, *(["--resume"] if resume else []), *overrides], stdout=log, stderr=subprocess.STDOUT, cwd=REPO
     )
+    own_memory = OwnMemoryPeak(proc.pid)
     _, status, usage = os.wait4(proc.pid, 0)
+    own_peak = own_memory.stop()
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"[{name}] training failed (exit {proc.returncode}); see {log.name}")
@@ -135,6 +137,7 @@ def train_one(name: str, args: argparse.Namespace, carved: tuple[Path, Path] | N
         "tokens_per_s": summary["tokens_per_s"],
         "parameters": summary["parameters"],
         "peak_memory_mb": usage.ru_maxrss / 1024,  # of the last process only, when the run was resumed
+        "peak_own_memory_mb": own_peak,  # RssAnon: without the mapped state cache's pages (sampled every 5 s)
         "state_cache_minutes": summary.get("state_cache_seconds", 0.0) / 60,  # frozen trunk, once; not training
     }
 

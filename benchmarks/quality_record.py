@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import subprocess
+import threading
 from pathlib import Path
 
 from quality_models import REPO
@@ -57,3 +58,39 @@ def save_run(path: Path, name: str, run: dict) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(results, indent=2))
     return results
+
+
+class OwnMemoryPeak:
+    """The peak of a running process's own resident memory (RssAnon, in MiB), sampled every ``every`` seconds on a
+    thread until ``stop()``: the memory a run needs free. Its peak resident size (ru_maxrss) also counts the file
+    pages it maps, such as a state cache read as mapped views, which the kernel shares and may drop. None off
+    Linux (no /proc)."""
+
+    def __init__(self, pid: int, every: float = 5.0):
+        self.status, self.every = Path(f"/proc/{pid}/status"), every
+        self.peak_mib: float | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        try:
+            text = self.status.read_text()
+        except OSError:  # exited, or no /proc
+            return
+        for line in text.splitlines():
+            if line.startswith("RssAnon:"):
+                mib = int(line.split()[1]) / 1024
+                self.peak_mib = mib if self.peak_mib is None else max(self.peak_mib, mib)
+
+    def _run(self) -> None:
+        while True:
+            self._sample()
+            if self._done.wait(self.every):
+                return
+
+    def stop(self) -> float | None:
+        """Stop sampling (the process may have exited: its last sample stands); the peak in MiB, or None."""
+        self._done.set()
+        self._thread.join()
+        return self.peak_mib
