@@ -101,17 +101,7 @@ class ShardedStore:
         no longer needs the cache's size in free memory). One mapping per shard, not per tensor (safetensors maps
         each tensor it returns, and one mapping per entry runs out of the kernel's map count); writing to a tensor
         copies its page, the file is never changed. None when the shard is damaged (then set aside)."""
-        try:
-            with safe_open(str(shard), framework="pt") as f:  # the header parses and covers the file
-                names = list(f.keys())
-            tensors = _mapped(shard, names)
-            reason = finite(tensors) or (self.check(tensors) if self.check is not None else None)
-            if reason is not None:
-                raise DamagedShard(reason)
-        except (SafetensorError, OSError, ValueError, RuntimeError, DamagedShard) as err:  # RuntimeError: misaligned
-            self._set_aside(shard, _first_line(err))
-            return None
-        return tensors
+        return self._read(shard, None)
 
     def read(self, name: str) -> torch.Tensor | None:
         """One tensor, checked alone (an entry of a single tensor named by its key); None when absent or damaged."""
@@ -122,15 +112,18 @@ class ShardedStore:
         return None if found is None else found.get(name)
 
     def _read(self, shard: Path, names: list[str] | None) -> dict[str, torch.Tensor] | None:
+        """``names`` copied out of ``shard`` (None: every tensor, as views of one mapping), checked."""
         try:
-            with safe_open(str(shard), framework="pt") as f:
+            with safe_open(str(shard), framework="pt") as f:  # the header parses and covers the file
                 present = list(f.keys())
-                wanted = present if names is None else [n for n in names if n in present]
-                tensors = {name: f.get_tensor(name).clone() for name in wanted}
+                if names is not None:
+                    tensors = {name: f.get_tensor(name).clone() for name in names if name in present}
+            if names is None:
+                tensors = _mapped(shard, present)
             reason = finite(tensors) or (self.check(tensors) if self.check is not None else None)
             if reason is not None:
                 raise DamagedShard(reason)
-        except (SafetensorError, OSError, DamagedShard) as err:
+        except (SafetensorError, OSError, ValueError, RuntimeError, DamagedShard) as err:  # RuntimeError: misaligned
             self._set_aside(shard, _first_line(err))
             return None
         return tensors
