@@ -60,6 +60,21 @@ def save_run(path: Path, name: str, run: dict) -> dict:
     return results
 
 
+def resident_mib(pid: int | str = "self") -> dict[str, float]:
+    """A process's resident memory in MiB from /proc/PID/status: VmHWM (peak), VmRSS, RssAnon (its own) and RssFile
+    (file pages it maps); {} when the process is gone or there is no /proc."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    fields = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
+            fields[key] = int(value.split()[0]) / 1024  # kB -> MiB
+    return fields
+
+
 class OwnMemoryPeak:
     """The peak of a running process's own resident memory (RssAnon, in MiB), sampled every ``every`` seconds on a
     thread until ``stop()``: the memory a run needs free. Its peak resident size (ru_maxrss) also counts the file
@@ -67,21 +82,16 @@ class OwnMemoryPeak:
     Linux (no /proc)."""
 
     def __init__(self, pid: int, every: float = 5.0):
-        self.status, self.every = Path(f"/proc/{pid}/status"), every
+        self.pid, self.every = pid, every
         self.peak_mib: float | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _sample(self) -> None:
-        try:
-            text = self.status.read_text()
-        except OSError:  # exited, or no /proc
-            return
-        for line in text.splitlines():
-            if line.startswith("RssAnon:"):
-                mib = int(line.split()[1]) / 1024
-                self.peak_mib = mib if self.peak_mib is None else max(self.peak_mib, mib)
+        mib = resident_mib(self.pid).get("RssAnon")
+        if mib is not None:
+            self.peak_mib = mib if self.peak_mib is None else max(self.peak_mib, mib)
 
     def _run(self) -> None:
         while True:

@@ -25,28 +25,18 @@ import sys
 import time
 from pathlib import Path
 
-from quality_record import machine
+from quality_record import machine, resident_mib
 
 from mtl_decoder.files import atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def resident() -> dict[str, float]:
-    """This process's resident memory in MiB: VmRSS, RssAnon and RssFile (/proc/self/status)."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024  # kB -> MiB
-    return fields
-
-
 def read_all(cache: Path, copied: bool) -> dict:
     """Every entry of ``cache`` through StateCache.get, kept in memory as training keeps it."""
     from mtl_decoder.model.pretrained.frozen import StateCache
 
-    before = resident()
+    before = resident_mib()
     start = time.perf_counter()
     states = StateCache(cache, write=False)
     keys = list(states.on_disk)
@@ -57,7 +47,7 @@ def read_all(cache: Path, copied: bool) -> dict:
     if copied:  # the reader before: each tensor its own copy out of the file
         states.memory = type(states.memory)((k, t.clone()) for k, t in states.memory.items())
     seconds = time.perf_counter() - start
-    after = resident()
+    after = resident_mib()
     return {
         "entries": len(keys),
         "states_mib": round(total / 2**20, 1),
@@ -82,6 +72,11 @@ def training_peaks(log: Path) -> dict[str, int]:
     }
 
 
+def _stored(out: Path) -> dict:
+    """The results file as it is (the two modes each replace only their own part of it)."""
+    return json.loads(out.read_text()) if out.is_file() else {"benchmark": "state_cache_memory"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, help="a state cache folder (shard-*.safetensors)")
@@ -97,7 +92,7 @@ def main() -> None:
     if args.training_log:
         if not args.row:
             parser.error("--training-log needs --row")
-        result = json.loads(args.out.read_text()) if args.out.is_file() else {"benchmark": "state_cache_memory"}
+        result = _stored(args.out)
         peaks = training_peaks(args.training_log)
         result.setdefault("runs", {})[args.row] = {**peaks, "beside": args.beside, **machine()}
         print(args.row, peaks)
@@ -113,7 +108,7 @@ def main() -> None:
         )  # fmt: skip
         ways[way] = json.loads(child.stdout.strip().splitlines()[-1])
         print(way, ways[way], flush=True)
-    result = {"benchmark": "state_cache_memory", "cache": args.cache.name, "ways": ways, **machine()}
+    result = {**_stored(args.out), "cache": args.cache.name, "ways": ways, **machine()}  # the sampled runs kept
     atomic_write_text(args.out, json.dumps(result, indent=2))
     print(f"wrote {args.out}")
 
