@@ -25,6 +25,7 @@ The scales are made once by ``mtl-decoder quantize`` (prediction/smoothquant_job
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import warnings
@@ -229,12 +230,33 @@ def fold_scales(base: nn.Module, scales: dict[str, torch.Tensor]) -> None:
 # ------------------------------------------------------------------------------------------------ int8 Linear
 
 
+@functools.cache
+def full_range_is_exact() -> bool:
+    """Whether this CPU's dynamic int8 kernel sums 8-bit activations without saturating.
+
+    torch's fused dynamic product multiplies uint8 activations by int8 weights. With VNNI (AVX-512 VNNI) the
+    products go straight into int32 sums; without it (AVX2, AVX-512 without VNNI) each pair of products is first
+    added into an int16 (vpmaddubsw), which saturates once both operands use their full range (255 x 127 x 2 >
+    32,767): torch's own dynamic Linear always passes ``reduce_range`` (7-bit activations) for that reason, at some
+    precision. Probed once per process on the product that saturates such a kernel: every activation 1.0 (uint8
+    255) against a weight of ones (int8 127), whose exact result is the row's length."""
+    k = 64
+    weight = torch.ones(1, k)
+    zero = torch.zeros(1, dtype=torch.long)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensors are deprecated for torchao (not a dependency)
+        qw = torch.quantize_per_channel(weight, torch.full((1,), 1 / 127, dtype=torch.double), zero, 0, torch.qint8)
+        packed = torch.ops.quantized.linear_prepack(qw, None)
+    got = torch.ops.quantized.linear_dynamic(torch.ones(1, k), packed, False)
+    return abs(float(got) - k) < 1e-3 * k
+
+
 class Int8Linear(nn.Module):
     """y = x W^T + b with W in int8 (one scale per output channel) and x quantised to int8 as it comes.
 
-    Per tensor: torch's fused dynamic kernel (the activation's scale and zero point from its range, 8 bits:
-    ``reduce_range`` off, which the VNNI instructions handle). Per token: a symmetric scale per row, int8 x int8 ->
-    int32 by ``torch._int_mm``, rescaled by both scales."""
+    Per tensor: torch's fused dynamic kernel (the activation's scale and zero point from its range), 8 bits where
+    this CPU's kernel sums them exactly, else 7 (``full_range_is_exact``). Per token: a symmetric scale per row,
+    int8 x int8 -> int32 by ``torch._int_mm``, rescaled by both scales."""
 
     def __init__(self, linear: nn.Linear, per_token: bool):
         super().__init__()
@@ -255,7 +277,8 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.per_token:
-            return torch.ops.quantized.linear_dynamic(x.float().contiguous(), self.packed, False)
+            reduce_range = not full_range_is_exact()
+            return torch.ops.quantized.linear_dynamic(x.float().contiguous(), self.packed, reduce_range)
         shape = x.shape
         x = x.float().reshape(-1, shape[-1])  # (M, K)
         s = x.abs().amax(1, keepdim=True).clamp(min=1e-8) / 127  # (M, 1)

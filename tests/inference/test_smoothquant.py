@@ -112,16 +112,29 @@ def fake_quant_per_token(x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
     return (qx @ qw.T) * sx * sw.T + linear.bias.detach().double()
 
 
-def fake_quant_per_tensor(x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
-    """float64: asymmetric uint8 over x's range (0 included), symmetric int8 per output channel of the weight."""
+def fake_quant_per_tensor(x: torch.Tensor, linear: nn.Linear, levels: int = 255) -> torch.Tensor:
+    """float64: asymmetric uint8 over x's range (0 included; ``levels`` 127: 7 bits), symmetric int8 per output
+    channel of the weight."""
     x, w = x.double(), linear.weight.detach().double()
     lo, hi = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
-    scale = (hi - lo) / 255
-    zero = min(max(round(-lo / scale), 0), 255)
-    qx = torch.clamp(torch.round(x / scale) + zero, 0, 255) - zero
+    scale = (hi - lo) / levels
+    zero = min(max(round(-lo / scale), 0), levels)
+    qx = torch.clamp(torch.round(x / scale) + zero, 0, levels) - zero
     sw = (w.abs().amax(1, keepdim=True) / 127).float().double()
     qw = torch.round(w / sw)
     return (qx @ qw.T) * scale * sw.T + linear.bias.detach().double()
+
+
+def eight_bit_kernel_saturates() -> bool:
+    """Whether torch's fused dynamic int8 product, asked for 8-bit activations, saturates on this CPU (without VNNI
+    it adds pairs of uint8 x int8 products into int16): 2.0 x 0.5 over 32 channels is 32 exactly in any int8."""
+    weight = torch.full((1, 32), 0.5)
+    zero = torch.zeros(1, dtype=torch.long)
+    qw = torch.quantize_per_channel(weight, torch.full((1,), 0.5 / 127, dtype=torch.double), zero, 0, torch.qint8)
+    got = torch.ops.quantized.linear_dynamic(
+        torch.full((1, 32), 2.0), torch.ops.quantized.linear_prepack(qw, None), False
+    )
+    return abs(float(got) - 32.0) > 0.1
 
 
 @pytest.mark.parametrize("per_token", [True, False])
@@ -130,12 +143,25 @@ def test_int8_linear_computes_the_fake_quantised_product(per_token):
     linear = nn.Linear(48, 40)
     x = torch.randn(2, 9, 48) * torch.linspace(0.1, 6, 48)  # channels of different ranges
     got = Int8Linear(linear, per_token)(x).double().reshape(18, 40)
-    reference = fake_quant_per_token if per_token else fake_quant_per_tensor
-    want = reference(x.reshape(18, 48), linear)
+    if per_token:
+        want = fake_quant_per_token(x.reshape(18, 48), linear)
+    else:  # 7-bit activations where this CPU's 8-bit kernel saturates, as torch's own dynamic Linear always uses
+        want = fake_quant_per_tensor(x.reshape(18, 48), linear, 127 if eight_bit_kernel_saturates() else 255)
     exact = linear(x).double().reshape(18, 40)
     assert (want - exact).abs().max() > 1e-3  # int8 is not the float product: the comparison below has teeth
     err = (got - want).abs().max() / want.abs().max()
     assert err < (1e-6 if per_token else 2e-3), err  # per tensor: the kernel's own rounding of the scale
+
+
+@pytest.mark.parametrize("per_token", [True, False])
+def test_int8_linear_never_saturates(per_token):
+    """Activations and weights at the top of their int8 ranges: every product is exact in int8, and the sum is the
+    row's length on every CPU (without VNNI, 8-bit activations through torch's fused kernel gave about half)."""
+    linear = nn.Linear(256, 3, bias=False)
+    with torch.no_grad():
+        linear.weight.fill_(1.0)
+    got = Int8Linear(linear, per_token)(torch.ones(4, 256))
+    torch.testing.assert_close(got, torch.full((4, 3), 256.0), rtol=1e-4, atol=0.0)
 
 
 @pytest.mark.parametrize("all_per_token", [False, True])
