@@ -11,7 +11,10 @@ from mtl_decoder.config import TASK_KINDS, ExperimentConfig, load_config, load_t
 
 REPO = Path(__file__).resolve().parents[2]
 YAMLS = sorted(
-    p for folder in ("configs", "tasks") for pattern in ("*.yaml", "*.yml") for p in (REPO / folder).rglob(pattern)
+    p
+    for folder in ("configs", "tasks", "benchmarks/gpu_offline")
+    for pattern in ("*.yaml", "*.yml")
+    for p in (REPO / folder).rglob(pattern)
 )
 
 
