@@ -48,7 +48,8 @@ class ModelConfig:
     initial_shared_weight: float = 0.7
     """Share of every gate's mass on the shared experts at initialisation (0 < w < 1)."""
     dropout: float = 0.1
-    """Dropout on the embedding and on each residual branch."""
+    """Dropout on the embedding and on each residual branch of the native layers (and in a classifier's hidden
+    layer); a pretrained trunk's blocks keep the dropout of their own config (modes upcycle and lora)."""
     rope_base: float = 10000.0
     """Base of the rotary position embedding's frequencies."""
     position_embedding: str = "rope"

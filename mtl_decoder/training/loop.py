@@ -91,6 +91,9 @@ class TrainingLoop:
                 self.steps_per_epoch,
             )
         )
+        # A pretrained base model is loaded in eval mode: every module trains in train mode from the first step
+        # (validation restores whatever mode it found, so without this the first steps would run without dropout).
+        self.model.train()
         st = self.state
         patience = self.cfg.training.patience
         if patience and st.bad_validations >= patience:

@@ -31,6 +31,7 @@ from mtl_decoder.model import build_model
 from mtl_decoder.model.pretrained.hub import load_tokenizer
 from mtl_decoder.saved import load_model, save_model
 from mtl_decoder.training import train
+from mtl_decoder.training.trainer import Trainer
 
 LABELS = {"ner": ["O", "B-ORG", "I-ORG"], "sentiment": ["negative", "positive"]}
 REPO = Path(__file__).resolve().parents[3]
@@ -199,6 +200,32 @@ def test_a_bf16_autocast_step_on_a_trunk(root, tmp_path, mode):
     weights = load_file(tmp_path / "run" / "best" / "model.safetensors")
     assert all(torch.isfinite(v).all() for v in weights.values())
     assert all(v.dtype == torch.float32 for v in weights.values())  # autocast: the weights stay float32
+
+
+@pytest.mark.parametrize("mode", ["upcycle", "lora", "hybrid"])
+def test_every_trained_module_is_in_training_mode_from_the_first_step(root, tmp_path, mode):
+    """The loaded base model comes in eval mode: training switches the whole model to train mode before its first
+    step, not at its first validation (a trunk with dropout would train its first steps without it, and a resumed
+    run would differ from an unbroken one)."""
+    checkpoint = trained(root, "frozen").checkpoint
+    extra = ["training.max_steps=3", "training.eval_every=3"]
+    trainer = Trainer(tiny_config(tmp_path / "run", overrides(checkpoint, tmp_path, mode, *extra)))
+    seen: list[tuple[str, bool, bool]] = []  # (name, training, a transformers module) of every module a step runs
+
+    def record(module, _args, name):
+        if torch.is_grad_enabled():
+            seen.append((name, module.training, type(module).__module__.startswith("transformers.")))
+
+    try:
+        trainer.setup()
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        for name, module in model.named_modules():
+            module.register_forward_pre_hook(lambda m, args, name=name: record(m, args, name))
+        trainer.train()
+    finally:
+        trainer.cleanup()
+    assert any(pretrained for _, _, pretrained in seen)  # the pretrained blocks' own modules ran in the steps
+    assert [name for name, training, _ in seen if not training] == []
 
 
 def test_the_utilisation_report_covers_the_pretrained_layers_gates(root, tmp_path):
