@@ -135,6 +135,15 @@ ROWS["smollm2_hybrid2_on16_bidir_short_ple"] = (
     "SmolLM2 hybrid: blocks 1-16 cached, 17-18 upcycled and trained with the causal mask lifted, 1,500 steps",
 )
 
+# issue 37: the bidirectional hybrid with all-caps lines truecased (the lever item 1 pointed at, +0.9 CoNLL test on
+# the frozen model), on the short schedule beside smollm2_hybrid2_on16_bidir_short_ple
+ROWS["smollm2_hybrid2_on16_bidir_truecase_short_ple"] = (
+    "smollm2_frozen.yaml",
+    [*ROWS["smollm2_hybrid2_on16_bidir_short_ple"][1], *_VARIANTS["truecase"][0]],
+    "SmolLM2 hybrid: blocks 1-16 cached, 17-18 upcycled and trained with the causal mask lifted, all-caps lines "
+    "truecased, 1,500 steps",
+)
+
 # the task preferences a per-route mix serves are a multi-task question: the same mix on one task at a time
 for _task in ("conll2003", "sst2"):
     ROWS[f"smollm2_mix_16_24_30_single_{_task}"] = (
