@@ -3,7 +3,7 @@ one run on the same words at one thread each, with a profile of where the studen
 
     OMP_NUM_THREADS=1 python benchmarks/student_speed.py [--rounds 3] [--out benchmarks/results/student_speed.json]
                                                          [--spacy-python PATH] [--sentences 0] [--no-profile]
-                                                         [--bf16] [--torch-products] [--model RUN/best]
+                                                         [--bf16] [--int8] [--torch-products] [--model RUN/best]
 
 The student: the ``distill_small`` architecture (configs/bench/ple.yaml with benchmarks/distill_rows.py's SMALL
 overrides: d_model 128, 2 PLE layers, char CNN, word/shape/hashed features, CRF), built untrained with its BPE
@@ -14,7 +14,10 @@ as benchmarks/spacy_throughput.py times it; spaCy runs in its own interpreter (s
 ``Doc(vocab, words=tokens)``). Every round times each once, in alternating order; the figures are CPU seconds
 (time.process_time: the machine is shared) and the medians and spread over the rounds are stored with the CPU's
 name and the load average as ``student_vs_spacy``. ``--bf16`` adds the student at ``--precision bf16`` to every round
-(faster where the CPU multiplies bfloat16 natively, and not identical to fp32's output). ``--torch-products`` adds
+(faster where the CPU multiplies bfloat16 natively, and not identical to fp32's output). ``--int8`` adds the
+student at ``--precision int8`` twice to every round: as it runs (attention projections and expert groups in int8)
+and with its expert groups put back in float32 (``int8_attention_only``: what int8 was before ``Int8ExpertGroup``),
+each on its own copy of the model (int8 quantises in place). ``--torch-products`` adds
 the student with torch's own matrix products (``exact_matmul.disabled()``, the code before exact_matmul; the same
 outputs bit for bit) to every round.
 
@@ -140,6 +143,9 @@ def measure(args: argparse.Namespace) -> dict:
     ways = {"student": ours(saved, items, 1), "spacy": spacy.run}
     if args.bf16:
         ways["student_bf16"] = ours(saved, items, 1, "bf16")
+    if args.int8:
+        ways["student_int8"] = ours(_int8_copy(saved, experts=True), items, 1, "int8")
+        ways["student_int8_attention_only"] = ours(_int8_copy(saved, experts=False), items, 1, "int8")
     if args.torch_products:
         ways["student_torch_products"] = _torch_products(ours(saved, items, 1))
     for name in ways:
@@ -203,6 +209,17 @@ def measure(args: argparse.Namespace) -> dict:
             "spread": [min(bf16), max(bf16)],
             "over_spacy": round(statistics.median(b / s for b, s in zip(bf16, per_cpu("spacy"), strict=True)), 3),
         }
+    if args.int8:
+        for name in ("student_int8", "student_int8_attention_only"):
+            speeds = per_cpu(name)
+            result[name] = {
+                "words_per_cpu_s": round(statistics.median(speeds), 1),
+                "spread": [min(speeds), max(speeds)],
+                "over_fp32": round(
+                    statistics.median(q / f for q, f in zip(speeds, per_cpu("student"), strict=True)), 3
+                ),
+                "over_spacy": round(statistics.median(q / s for q, s in zip(speeds, per_cpu("spacy"), strict=True)), 3),
+            }
     if args.torch_products:
         torch_products = per_cpu("student_torch_products")
         result["student_torch_products"] = {
@@ -244,6 +261,24 @@ def _student(model: str | None, data_root: Path) -> tuple:
     }
 
 
+def _int8_copy(saved, experts: bool):
+    """A copy of ``saved`` quantised for --precision int8; ``experts`` False: its expert groups back in float32."""
+    import copy
+
+    from mtl_decoder.inference.quantize import Int8ExpertGroup, quantize_int8
+
+    quantised = copy.deepcopy(saved)
+    quantize_int8(quantised.model)
+    if not experts:
+        originals = dict(saved.model.named_modules())
+        for name, module in list(quantised.model.named_modules()):
+            for child_name, child in list(module.named_children()):
+                if isinstance(child, Int8ExpertGroup):
+                    original = originals[f"{name}.{child_name}" if name else child_name]
+                    setattr(module, child_name, copy.deepcopy(original))
+    return quantised
+
+
 def _torch_products(run):
     """``run`` with exact_matmul's oneDNN products off (torch's own; the prediction runs in this thread)."""
     from mtl_decoder.model import exact_matmul
@@ -281,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spacy-python", default=str(DEFAULT_SPACY_PYTHON))
     parser.add_argument("--no-profile", dest="profile", action="store_false", help="skip the profile pass")
     parser.add_argument("--bf16", action="store_true", help="also time the student at --precision bf16 each round")
+    parser.add_argument(
+        "--int8", action="store_true", help="also time the student at --precision int8, with and without int8 experts"
+    )
     parser.add_argument(
         "--torch-products", action="store_true", help="also time the student with torch's own products each round"
     )

@@ -106,3 +106,14 @@ def test_a_refused_check_writes_nothing(run, capsys, tmp_path):
 def test_a_native_model_is_refused_in_one_line(best, capsys):
     assert main(["quantize", "--model", str(best)]) == 2
     assert "has none" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_report_says_when_per_token_int8_is_slow_on_this_cpu(fast, tmp_path):
+    from mtl_decoder.quantize import QuantizeResult
+
+    record = {"all_per_token": True, "int8_products_fast": fast}
+    report = QuantizeResult(tmp_path, {"ner": 0.99}, 10, record).report()
+    assert ("no fast int8 x int8 products" in report) is not fast
+    quiet = QuantizeResult(tmp_path, {"ner": 0.99}, 10, {"all_per_token": False, "int8_products_fast": False})
+    assert "no fast int8" not in quiet.report()  # per tensor: torch's fused kernel, fast on every CPU

@@ -12,9 +12,11 @@ at 1.76x. On linear probes trained on fp32 block-16 states (SST-2 mean-pooled, 8
 CoNLL-2003 last sub-word per word, 400 / 200) and applied to int8 states: gate+up keeps 98.8% of SST-2 labels
 (accuracy 0.815 vs 0.823) and 99.1% of CoNLL tags (F1 0.646 vs 0.642); all but down_proj only 89.5% and 98.0%
 (F1 0.627). So only the MLP's input projections are quantised (TRUNK_INT8): most of the gain at the least error.
-In the native layers, the attention projections are quantised; the gates (their weights read directly, softmax
-in float32), the input projection of a frozen trunk's states and the task heads stay float32: a small share of
-the work, and what the outputs hang on.
+In the native layers, the attention projections and the SwiGLU expert groups are quantised (``Int8ExpertGroup``: one
+PLE layer's expert products at a fast student's sizes ran 1.40x float32's speed even on a CPU without VNNI,
+benchmarks/results/expert_int8.json); the gates (their weights read directly, softmax in float32), the input
+projection of a frozen trunk's states and the task heads stay float32: a small share of the work, and what the
+outputs hang on.
 
 A frozen trunk's states under int8 are cached apart from the float32 ones (``FrozenStates.set_compute``). Where
 the model folder holds SmoothQuant scales (``mtl-decoder quantize``, inference/smoothquant.py), every Linear of the
@@ -110,8 +112,56 @@ def quantize_int8(model: nn.Module) -> list[str]:
     layers = {n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n.startswith("layers.")}
     layers = {n for n in layers if _leaf(n) != "proj"}
     _quantize(model, layers)
+    groups = _quantize_expert_groups(model)
     setattr(model, INT8_FLAG, True)
-    return done + sorted(layers)
+    return done + sorted(layers) + groups
+
+
+class Int8ExpertGroup(nn.Module):
+    """An ``ExpertGroup`` (E SwiGLU experts reading the same tokens) with its products in int8.
+
+    The up product (every expert's gate and up columns, one product) and each expert's down product through
+    ``Int8Linear``: weights per output channel, activations per tensor as they come (the SwiGLU product of each
+    expert on its own scale). The gates that mix the experts stay float32. Not a grouped matmul, so the block runs
+    its per-group path (``ExpertBlock._groupable``), whose arithmetic is the grouped one's up to float rounding."""
+
+    def __init__(self, group: nn.Module):
+        from mtl_decoder.inference.smoothquant import Int8Linear
+
+        super().__init__()
+        self.n_experts, self.hidden = group.n_experts, group.hidden
+        w_in, w_out = group.w_in.detach().float(), group.w_out.detach().float()  # (C, E*2H), (E, H, C)
+        self.up = Int8Linear(_linear(w_in.t()), per_token=False)
+        self.down = nn.ModuleList(Int8Linear(_linear(w.t()), per_token=False) for w in w_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(M, C) -> (E, M, C): every expert on every token."""
+        M, E, H = x.shape[0], self.n_experts, self.hidden
+        if M == 0:  # no token reads the group: nothing to quantise
+            return x.new_zeros(E, 0, x.shape[1])
+        h = self.up(x).view(M, E, 2, H)  # columns: [expert][gate|up][hidden], as ExpertGroup.w_in
+        a = torch.nn.functional.silu(h[:, :, 0]) * h[:, :, 1]  # (M, E, H)
+        return torch.stack([down(a[:, e]) for e, down in enumerate(self.down)])
+
+
+def _linear(weight: torch.Tensor) -> nn.Linear:
+    """A bias-free Linear holding ``weight`` (out, in)."""
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    linear.weight = nn.Parameter(weight.contiguous(), requires_grad=False)
+    return linear
+
+
+def _quantize_expert_groups(model: nn.Module) -> list[str]:
+    """Every SwiGLU ``ExpertGroup`` of the native layers replaced by its ``Int8ExpertGroup`` (in place); their names."""
+    from mtl_decoder.model.experts import ExpertGroup
+
+    done = []
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if type(child) is ExpertGroup:
+                setattr(module, child_name, Int8ExpertGroup(child))
+                done.append(f"{name}.{child_name}" if name else child_name)
+    return done
 
 
 def _leaf(name: str) -> str:

@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import time
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -251,12 +252,47 @@ def full_range_is_exact() -> bool:
     return abs(float(got) - k) < 1e-3 * k
 
 
+@functools.cache
+def int8_products_are_fast() -> bool:
+    """Whether ``torch._int_mm`` multiplies int8 matrices on this CPU at a useful rate (at most 4x float32's time).
+
+    With VNNI or AMX, oneDNN's int8 kernels run several times float32's rate; without them (AVX2 alone) torch's
+    int8 x int8 product took about 50x float32's time on SmolLM2's projections (benchmarks/int8_kernels.py).
+    Timed once per process, best of three each, on a 64 x 512 x 512 product of each kind."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(-127, 128, (64, 512), generator=g, dtype=torch.int8)
+    b = torch.randint(-127, 128, (512, 512), generator=g, dtype=torch.int8)
+    a_float, b_float = a.float(), b.float()
+
+    def best(run: Callable[[], torch.Tensor]) -> float:
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    return best(lambda: torch._int_mm(a, b)) <= 4 * best(lambda: a_float @ b_float)
+
+
+def integer_products(q: torch.Tensor, w: torch.Tensor, fast: bool | None = None) -> torch.Tensor:
+    """q (M, K) @ w (K, N), both int8: their integer sums, as float32.
+
+    By ``torch._int_mm`` (int32 sums) where that is fast (``fast`` None: ``int8_products_are_fast``), else as a
+    float32 product of the same integers: exact while every partial sum stays under 2**24 (K x 127 x 127 reaches it
+    only past K = 1,040 with every value at the extremes; beyond, float32's rounding, 6e-8 relative), at float32's
+    speed. The answers are the same either way; only the time differs."""
+    if fast if fast is not None else int8_products_are_fast():
+        return torch._int_mm(q, w).float()
+    return q.float() @ w.float()
+
+
 class Int8Linear(nn.Module):
     """y = x W^T + b with W in int8 (one scale per output channel) and x quantised to int8 as it comes.
 
     Per tensor: torch's fused dynamic kernel (the activation's scale and zero point from its range), 8 bits where
     this CPU's kernel sums them exactly, else 7 (``full_range_is_exact``). Per token: a symmetric scale per row,
-    int8 x int8 -> int32 by ``torch._int_mm``, rescaled by both scales."""
+    the int8 x int8 sums (``integer_products``) rescaled by both scales."""
 
     def __init__(self, linear: nn.Linear, per_token: bool):
         super().__init__()
@@ -283,7 +319,7 @@ class Int8Linear(nn.Module):
         x = x.float().reshape(-1, shape[-1])  # (M, K)
         s = x.abs().amax(1, keepdim=True).clamp(min=1e-8) / 127  # (M, 1)
         q = torch.round(x / s).to(torch.int8)
-        y = torch._int_mm(q, self.w_int8).float() * s * self.w_scale  # (M, N), int32 sums rescaled
+        y = integer_products(q, self.w_int8) * s * self.w_scale  # (M, N), the integer sums rescaled
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)

@@ -18,6 +18,7 @@ from mtl_decoder.inference.smoothquant import (
     SmoothQuantSettings,
     calibrate,
     fold_scales,
+    integer_products,
     load_scales,
     quantize_blocks,
     save_scales,
@@ -207,3 +208,17 @@ def test_a_block_without_llama_projections_is_refused(checkpoint):
     model.layers[1].mlp.down_proj = nn.Identity()
     with pytest.raises(UserError, match=r"block 1.*down_proj"):
         quantize_blocks(model, random_scales(model), SmoothQuantSettings())
+
+
+def test_integer_products_are_the_same_by_either_way():
+    """The float32 way (CPUs where torch's int8 product is slow) gives torch._int_mm's integer sums exactly."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randint(-127, 128, (24, 576), generator=g, dtype=torch.int8)
+    w = torch.randint(-127, 128, (576, 40), generator=g, dtype=torch.int8)
+    want = torch._int_mm(q, w)  # int32: the reference
+    for fast in (True, False):
+        got = integer_products(q, w, fast=fast)
+        assert got.dtype == torch.float32 and torch.equal(got, want.float())
+    extreme = torch.full((24, 576), 127, dtype=torch.int8)  # every sum 576 x 127 x 127, under 2**24: still exact
+    weight = torch.full((576, 40), 127, dtype=torch.int8)
+    assert torch.equal(integer_products(extreme, weight, fast=False), torch.full((24, 40), 576.0 * 127 * 127))
