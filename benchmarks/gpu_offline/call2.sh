@@ -13,4 +13,4 @@ date +%T
 cp benchmarks/results/gpu_*.json $OUT/ 2>/dev/null
 grep -E "device:|done:|step .*validation|tokens/s" /tmp/gpu-logs/train.log | tail -20
 tail -c 3000 $OUT/gpu_row.out
-tar czf $OUT/gpu_logs.tgz -C /tmp gpu-logs --exclude='*.jsonl'
+tar czf $OUT/gpu_logs.tgz --exclude='*.jsonl' -C /tmp gpu-logs
