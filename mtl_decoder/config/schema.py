@@ -103,7 +103,8 @@ class TrainingConfig:
     grad_accum_steps: int = 1
     """Micro-batches per optimizer step."""
     mixed_precision: str = "no"
-    """'no', 'bf16' or 'fp16' (autocast through Accelerate)."""
+    """'no', 'bf16' or 'fp16' (autocast through Accelerate). Validation during training runs under it too: the best
+    checkpoint is chosen on what the model predicts in that precision (``evaluate --precision`` scores another)."""
     eval_every: int = 0
     """Validate every N optimizer steps (0 = at the end of every epoch)."""
     patience: int = 0
