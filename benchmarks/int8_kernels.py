@@ -21,7 +21,12 @@ from pathlib import Path
 import torch
 from quality_record import machine
 
-from mtl_decoder.inference.smoothquant import Int8Linear, full_range_is_exact, int8_products_are_fast
+from mtl_decoder.inference.smoothquant import (
+    Int8Linear,
+    full_range_is_exact,
+    int8_products_are_fast,
+    per_token_product,
+)
 
 OUT = Path(__file__).resolve().parent / "results" / "int8_kernels.json"
 SHAPES = {"gate_up": (576, 1536), "down": (1536, 576)}
@@ -29,20 +34,10 @@ SHAPES = {"gate_up": (576, 1536), "down": (1536, 576)}
 
 def ways(linear: torch.nn.Linear, x: torch.Tensor) -> dict:
     """Each way to run ``linear`` on ``x``."""
-    import mtl_decoder.inference.smoothquant as smoothquant
-
     per_tensor, per_token = Int8Linear(linear, per_token=False), Int8Linear(linear, per_token=True)
 
     def per_token_by(fast: bool):
-        def run():
-            shape = x.shape
-            s = x.abs().amax(1, keepdim=True).clamp(min=1e-8) / 127
-            q = torch.round(x / s).to(torch.int8)
-            return (smoothquant.integer_products(q, per_token.w_int8, fast=fast) * s * per_token.w_scale).reshape(
-                *shape[:-1], per_token.out_features
-            )
-
-        return run
+        return lambda: per_token_product(x, per_token.w_int8, per_token.w_scale, fast) + per_token.bias
 
     return {
         "fp32": lambda: linear(x),

@@ -290,6 +290,14 @@ def integer_products(q: torch.Tensor, w: torch.Tensor, fast: bool | None = None)
     return q.float() @ w.float()
 
 
+def per_token_product(x: torch.Tensor, w_int8: torch.Tensor, w_scale: torch.Tensor, fast: bool | None = None):
+    """x (M, K) float32 quantised to int8 with a symmetric scale per row, times w_int8 (K, N) with one scale per
+    output column: the integer sums (``integer_products``, ``fast`` as there) rescaled by both scales, (M, N)."""
+    s = x.abs().amax(1, keepdim=True).clamp(min=1e-8) / 127  # (M, 1)
+    q = torch.round(x / s).to(torch.int8)
+    return integer_products(q, w_int8, fast) * s * w_scale
+
+
 class Int8Linear(nn.Module):
     """y = x W^T + b with W in int8 (one scale per output channel) and x quantised to int8 as it comes.
 
@@ -319,10 +327,7 @@ class Int8Linear(nn.Module):
             reduce_range = not full_range_is_exact()
             return torch.ops.quantized.linear_dynamic(x.float().contiguous(), self.packed, reduce_range)
         shape = x.shape
-        x = x.float().reshape(-1, shape[-1])  # (M, K)
-        s = x.abs().amax(1, keepdim=True).clamp(min=1e-8) / 127  # (M, 1)
-        q = torch.round(x / s).to(torch.int8)
-        y = integer_products(q, self.w_int8) * s * self.w_scale  # (M, N), the integer sums rescaled
+        y = per_token_product(x.float().reshape(-1, shape[-1]), self.w_int8, self.w_scale)  # (M, N)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)
