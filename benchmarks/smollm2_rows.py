@@ -144,6 +144,15 @@ ROWS["smollm2_hybrid2_on16_bidir_truecase_short_ple"] = (
     "truecased, 1,500 steps",
 )
 
+# issue 37: right context in every block, cached or trained: the bidirectional hybrid over echo states (blocks 1-16
+# read each text twice, the second copy's states cached; mode echo_hybrid), on the same short schedule
+ROWS["smollm2_echo_hybrid2_on16_bidir_short_ple"] = (
+    "smollm2_frozen.yaml",
+    [o.replace("=hybrid", "=echo_hybrid") for o in ROWS["smollm2_hybrid2_on16_bidir_short_ple"][1]],
+    "SmolLM2 echo hybrid: blocks 1-16 cached reading each text twice (the second copy's states), 17-18 upcycled and "
+    "trained with the causal mask lifted, 1,500 steps",
+)
+
 # the task preferences a per-route mix serves are a multi-task question: the same mix on one task at a time
 for _task in ("conll2003", "sst2"):
     ROWS[f"smollm2_mix_16_24_30_single_{_task}"] = (

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from mtl_decoder.config.checks import check_choice, check_positive
 from mtl_decoder.config.lexicon import LexiconConfig
-from mtl_decoder.config.trunk import TrunkConfig, check_trunk_model
+from mtl_decoder.config.trunk import HYBRID_MODES, TrunkConfig, check_trunk_model
 from mtl_decoder.config.variants import VARIANTS, Variant
 from mtl_decoder.errors import ConfigError
 
@@ -102,7 +102,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_layers", "n_heads", "expert_hidden"):
-            check_positive(name, getattr(self, name), allow_zero=name == "n_layers" and self.trunk.mode == "hybrid")
+            check_positive(name, getattr(self, name), allow_zero=name == "n_layers" and self.trunk.mode in HYBRID_MODES)
         check_trunk_model(self)
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise ConfigError("n_heads", f"d_model {self.d_model} / n_heads {self.n_heads} must be an even integer")

@@ -8,15 +8,17 @@ from typing import Any
 from mtl_decoder.config.checks import check_choice, check_positive
 from mtl_decoder.errors import ConfigError
 
-TRUNK_MODES = ("upcycle", "lora", "frozen", "hybrid", "echo")
+TRUNK_MODES = ("upcycle", "lora", "frozen", "hybrid", "echo", "echo_hybrid")
 TRUNK_DTYPES = ("float32", "bfloat16", "float16")
 LAYER_MIXES = ("scalar_mix", "concat")
 _REGISTERED_MODES: list[str] = []
 """Modes of the ways of reading a trunk registered beside the built-in ones (model.trunks.register_trunk)."""
 _REGISTERED_CACHED: list[str] = []
 """The registered modes whose states are cached (their trunks' ``caches_states``)."""
-CACHED_MODES = ("frozen", "hybrid", "echo")
+CACHED_MODES = ("frozen", "hybrid", "echo", "echo_hybrid")
 """Modes whose trunk states (all of it, or its lower blocks) are computed once per token sequence and cached."""
+HYBRID_MODES = ("hybrid", "echo_hybrid")
+"""Modes that train the top ``train_top`` blocks over the cached lower ones (the keys that say "Mode 'hybrid'")."""
 
 
 @dataclass
@@ -35,7 +37,8 @@ class TrunkConfig:
     ``layers`` computed once per text and cached on disk, native PLE layers (model.n_layers) trained on top.
     'hybrid': the lower blocks frozen and cached as in 'frozen', the top ``train_top`` pretrained blocks trained on
     top of the cache (``top_mode``), then the native PLE layers (model.n_layers, 0 for none). 'echo': as 'frozen',
-    each text read twice and the states of its second copy kept (every token has seen the whole text)."""
+    each text read twice and the states of its second copy kept (every token has seen the whole text).
+    'echo_hybrid': as 'hybrid', its cached blocks reading each text twice as 'echo' does."""
     layers: int | None = None
     """Keep the first N pretrained blocks (None: all; with ``read_layers``: its highest block)."""
     read_layers: list[int] | None = None
@@ -46,14 +49,15 @@ class TrunkConfig:
     scale, one mix per route the first layer reads, so tasks can prefer different layers) or 'concat' (the normed
     layers side by side, projected)."""
     train_top: int = 2
-    """Mode 'hybrid': how many of the top kept blocks are trained on the cached states of the blocks below."""
+    """Modes 'hybrid' and 'echo_hybrid': how many of the top kept blocks are trained on the cached states of the
+    blocks below."""
     top_mode: str = "upcycle"
-    """Mode 'hybrid': how the top blocks train: 'upcycle' (each MLP becomes its expert block of trained copies, all
-    their weights trained) or 'lora' (frozen, each expert the MLP plus its own low-rank update)."""
+    """Modes 'hybrid' and 'echo_hybrid': how the top blocks train: 'upcycle' (each MLP becomes its expert block of
+    trained copies, all their weights trained) or 'lora' (frozen, each expert the MLP plus its own low-rank update)."""
     top_attention: str = "causal"
-    """Mode 'hybrid': attention in the trained top blocks: 'causal' (as pretrained, so step 0 computes the
-    pretrained function; the native layers above follow model.attention) or 'bidirectional' (the causal mask
-    lifted, as model.attention=bidirectional does in modes upcycle and lora; for model.n_layers 0)."""
+    """Modes 'hybrid' and 'echo_hybrid': attention in the trained top blocks: 'causal' (as pretrained, so step 0
+    computes the pretrained function; the native layers above follow model.attention) or 'bidirectional' (the
+    causal mask lifted, as model.attention=bidirectional does in modes upcycle and lora; for model.n_layers 0)."""
     dtype: str = "float32"
     """Weights of the pretrained trunk: 'float32', 'bfloat16' or 'float16' (the last two for GPUs)."""
     lora_rank: int = 8
@@ -86,13 +90,13 @@ class TrunkConfig:
         check_positive("train_top", self.train_top)
         if self.read_layers is not None:
             self._check_read_layers()
-        if self.mode == "hybrid" and self.save == "full":
+        if self.mode in HYBRID_MODES and self.save == "full":
             raise ConfigError(
                 "save",
-                "'full' is not supported in mode hybrid yet (its top blocks are trained, its lower ones cached): use "
-                "'reference', which records the checkpoint's path or id and the hash of its weights",
+                f"'full' is not supported in mode {self.mode} yet (its top blocks are trained, its lower ones "
+                "cached): use 'reference', which records the checkpoint's path or id and the hash of its weights",
             )
-        if self.mode == "hybrid" and self.layers is not None and self.train_top >= self.layers:
+        if self.mode in HYBRID_MODES and self.layers is not None and self.train_top >= self.layers:
             raise ConfigError(
                 "train_top",
                 f"{self.train_top} trained blocks leave none of the {self.layers} kept blocks (layers) to cache: "
@@ -148,7 +152,7 @@ def check_trunk_model(model: Any) -> None:
     What a trunk mode asks of the rest of ``model`` (a ModelConfig): mode hybrid with no native layers on top
     (n_layers 0) has nothing to add word features to, the heads read the pretrained top blocks directly."""
     trunk = model.trunk
-    if trunk.enabled and trunk.mode == "hybrid" and model.n_layers == 0:
+    if trunk.enabled and trunk.mode in HYBRID_MODES and model.n_layers == 0:
         for name in ("char_embedding", "word_features", "word_hash_buckets"):
             if getattr(model, name):
                 raise ConfigError(

@@ -42,6 +42,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from mtl_decoder.config import SHARED, ExperimentConfig, LexiconConfig
+from mtl_decoder.config.trunk import HYBRID_MODES
 from mtl_decoder.data.tokenization import TOKENIZER_FILE, read_tokenizer_file
 from mtl_decoder.errors import ConfigError, UserError
 from mtl_decoder.hashing import tensors_sha256
@@ -60,9 +61,9 @@ EMBEDDING_NAMES = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight"
 its tensor's name."""
 STATES_BATCH = 1024
 """Vocabulary items run through the teacher at once (each a sequence of one token: no padding)."""
-FROZEN_TABLE = ("frozen", "echo", "hybrid", "lora")
+FROZEN_TABLE = ("frozen", "echo", "hybrid", "echo_hybrid", "lora")
 """Pretrained modes whose token-embedding table is the checkpoint's, never trained."""
-FROZEN_BLOCKS = ("frozen", "echo", "hybrid")
+FROZEN_BLOCKS = ("frozen", "echo", "hybrid", "echo_hybrid")
 """Pretrained modes whose lower blocks are the checkpoint's, never trained (hybrid: below its trained top)."""
 
 
@@ -90,7 +91,7 @@ def resolve_lexicon(config: ExperimentConfig, teacher: Path, teacher_cfg: Experi
     blocks, width = teacher_shape(teacher, teacher_cfg)
     layer = None
     if lexicon.source == "teacher_states":
-        frozen = blocks - teacher_cfg.model.trunk.train_top if mode == "hybrid" else blocks
+        frozen = blocks - teacher_cfg.model.trunk.train_top if mode in HYBRID_MODES else blocks
         layer = lexicon.layer or max(1, min(blocks // 2, frozen))
         if layer > frozen:
             has = f"{blocks} blocks" + (f", the top {blocks - frozen} trained" if frozen < blocks else "")

@@ -36,7 +36,7 @@ def test_each_row_validates(name):
     if "default" in name:
         assert trunk.read_layers == [8, 16, 24] and trunk.mixes_layers  # the chosen default recipe
     if "hybrid" in name:
-        assert trunk.mode == "hybrid" and trunk.train_top in (2, 4)
+        assert trunk.mode == ("echo_hybrid" if "echo" in name else "hybrid") and trunk.train_top in (2, 4)
         # blocks 15-16 or 13-16 trained over blocks 1-12/14, or (on16) k more blocks over the 16 cached ones
         assert trunk.layers == (16 + trunk.train_top if "on16" in name else 16)
 

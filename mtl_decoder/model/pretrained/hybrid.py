@@ -81,8 +81,7 @@ class HybridDecoder(MTLDecoder):
         self.trunk_config = copy.deepcopy(base.config)
         """The config of the whole trunk (what a saved model's trunk/config.json holds), before the split."""
         self.top = split_trunk(base, start)
-        self.states = LayerStates(base, identity, layered_cache(base, identity, [start], trunk.dtype, trunk.cache_dir),
-                                  [start])  # fmt: skip
+        self.states = self.make_states(base, identity, start)
         self._blocks = install_expert_blocks(self.top, cfg, self.task_names, mode=trunk.top_mode)
         if trunk.top_mode == "lora":
             freeze_all_but_updates(self.top, trunk)
@@ -98,6 +97,13 @@ class HybridDecoder(MTLDecoder):
             self.heads = nn.ModuleDict({t.name: task_head(t, H, cfg.classifier_hidden, cfg.dropout) for t in tasks})
             for head in self.heads.values():
                 init_head(head)
+
+    def make_states(self, base: nn.Module, identity: BaseIdentity, start: int) -> LayerStates:
+        """What computes and caches block ``start``'s states (mode echo_hybrid reads every text twice)."""
+        trunk = self.cfg.trunk
+        return LayerStates(
+            base, identity, layered_cache(base, identity, [start], trunk.dtype, trunk.cache_dir), [start]
+        )
 
     def expert_blocks(self) -> list[ExpertBlock | None]:
         return [*self._blocks, *super().expert_blocks()]

@@ -7,6 +7,7 @@
     upcycle    UpcycleTrunk    a pretrained trunk, each MLP an expert block of trained copies
     lora       LoraTrunk       a frozen pretrained trunk, each expert its MLP plus a low-rank update
     echo       EchoTrunk       as frozen, each text read twice and the states of its second copy kept
+    echo_hybrid  EchoHybridTrunk  as hybrid, its cached blocks reading each text twice as echo does
 
 The builder picks one by name (``trunk_name``: 'native' without model.trunk.pretrained, 'layer_mix' for mode
 frozen with several read_layers, else model.trunk.mode); adding a way is a new file and a ``register_trunk``
@@ -19,6 +20,7 @@ from mtl_decoder.config import ModelConfig, TrunkConfig
 from mtl_decoder.config.trunk import TRUNK_MODES, allow_trunk_mode
 from mtl_decoder.model.trunks.base import PRECISIONS, Trunk
 from mtl_decoder.model.trunks.echo import EchoTrunk
+from mtl_decoder.model.trunks.echo_hybrid import EchoHybridTrunk
 from mtl_decoder.model.trunks.frozen import FrozenTrunk
 from mtl_decoder.model.trunks.hybrid import HybridTrunk
 from mtl_decoder.model.trunks.layermix import LayerMixTrunk
@@ -54,7 +56,19 @@ def trunk_for(cfg: ModelConfig) -> Trunk:
 
 
 TRUNKS.update(
-    {t.name: t for t in (NativeTrunk, FrozenTrunk, LayerMixTrunk, HybridTrunk, UpcycleTrunk, LoraTrunk, EchoTrunk)}
+    {
+        t.name: t
+        for t in (
+            NativeTrunk,
+            FrozenTrunk,
+            LayerMixTrunk,
+            HybridTrunk,
+            UpcycleTrunk,
+            LoraTrunk,
+            EchoTrunk,
+            EchoHybridTrunk,
+        )
+    }
 )
 
 __all__ = [

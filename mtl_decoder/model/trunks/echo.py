@@ -8,6 +8,7 @@ whose states are not cached yet). The states are cached as mode frozen's, in a f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +34,25 @@ class EchoStates(FrozenStates):
         return frozen.with_name(frozen.name + ECHO_SUFFIX)
 
     def run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        lengths = attention_mask.sum(1).tolist()
-        B, T = input_ids.shape
-        twice = input_ids.new_zeros(B, 2 * max(lengths))  # (B, 2T'): each row's n tokens, then the same n again
-        mask = attention_mask.new_zeros(B, twice.shape[1])
-        for i, n in enumerate(lengths):
-            twice[i, :n] = twice[i, n : 2 * n] = input_ids[i, :n]
-            mask[i, : 2 * n] = True
-        states = super().run(twice, mask)  # (B, 2T', H)
-        out = states.new_zeros(B, T, states.shape[-1])
-        for i, n in enumerate(lengths):
-            out[i, :n] = states[i, n : 2 * n]  # the second copy: every token has seen the whole text
-        return out
+        return echo_pass(super().run, input_ids, attention_mask)
+
+
+def echo_pass(run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], input_ids: torch.Tensor,
+              attention_mask: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``run`` (a causal trunk's pass: (B, T') ids, mask -> (B, T', H)) over each text given twice; (B, T, H) states
+    of the second copies, padding rows zero. The one place a text is echoed (modes echo and echo_hybrid)."""
+    lengths = attention_mask.sum(1).tolist()
+    B, T = input_ids.shape
+    twice = input_ids.new_zeros(B, 2 * max(lengths))  # (B, 2T'): each row's n tokens, then the same n again
+    mask = attention_mask.new_zeros(B, twice.shape[1])
+    for i, n in enumerate(lengths):
+        twice[i, :n] = twice[i, n : 2 * n] = input_ids[i, :n]
+        mask[i, : 2 * n] = True
+    states = run(twice, mask)  # (B, 2T', H)
+    out = states.new_zeros(B, T, states.shape[-1])
+    for i, n in enumerate(lengths):
+        out[i, :n] = states[i, n : 2 * n]  # the second copy: every token has seen the whole text
+    return out
 
 
 class EchoTrunk(FrozenTrunk):
