@@ -153,6 +153,12 @@ ROWS["smollm2_echo_hybrid2_on16_bidir_short_ple"] = (
     "trained with the causal mask lifted, 1,500 steps",
 )
 
+ROWS["smollm2_echo_hybrid2_on16_bidir_short_seed1_ple"] = (
+    "smollm2_frozen.yaml",
+    [*ROWS["smollm2_echo_hybrid2_on16_bidir_short_ple"][1], "training.seed=1"],
+    f"{ROWS['smollm2_echo_hybrid2_on16_bidir_short_ple'][2]}, seed 1",
+)
+
 # the task preferences a per-route mix serves are a multi-task question: the same mix on one task at a time
 for _task in ("conll2003", "sst2"):
     ROWS[f"smollm2_mix_16_24_30_single_{_task}"] = (
