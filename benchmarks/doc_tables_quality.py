@@ -231,10 +231,12 @@ PRETRAINED_TOP = [
     "smollm2_hybrid2_on16_bidir_seed1_ple",
     "smollm2_hybrid2_on16_bidir_short_ple",
     "smollm2_hybrid2_on16_bidir_truecase_short_ple",
+    "smollm2_echo_hybrid2_on16_bidir_short_ple",
+    "smollm2_echo_hybrid2_on16_bidir_short_seed1_ple",
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
-1,500-step schedule, with and without the all-caps lines truecased)."""
+1,500-step schedule, with and without the all-caps lines truecased, and over echo states)."""
 PRETRAINED_READS_SEMEVAL = [
     "smollm2_semeval_ple",
     "smollm2_default_semeval_ple",
