@@ -16,8 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mtl_decoder.data.tokenization import TextEncoder
-from mtl_decoder.model.heads import MultiTaskModel, TaskHeadSpec
+from mtl_decoder.model.heads import MultiTaskModel
 from mtl_decoder.model.pretrained.hub import BaseIdentity
 from mtl_decoder.model.pretrained.hybrid import HybridDecoder
 from mtl_decoder.model.pretrained.layermix import LayeredCache, LayerStates, block_caches, layered_cache
@@ -55,15 +54,8 @@ class EchoHybridTrunk(HybridTrunk):
     name = "echo_hybrid"
     caches_states = True
 
-    def build(
-        self,
-        specs: list[TaskHeadSpec],
-        encoder: TextEncoder,
-        saved_trunk: Path | None,
-        expected_identity: dict[str, Any] | None,
-    ) -> MultiTaskModel:
-        base, identity = self.load_base(saved_trunk, expected_identity)
-        return EchoHybridDecoder(self.cfg, specs, base, identity)
+    def decoder_class(self) -> type[MultiTaskModel]:
+        return EchoHybridDecoder
 
     def describe(self) -> str:
         return "echo (the text twice, the second copy read) " + super().describe()

@@ -32,10 +32,14 @@ class HybridTrunk(PretrainedTrunk):
         saved_trunk: Path | None,
         expected_identity: dict[str, Any] | None,
     ) -> MultiTaskModel:
+        base, identity = self.load_base(saved_trunk, expected_identity)
+        return self.decoder_class()(self.cfg, specs, base, identity)
+
+    def decoder_class(self) -> type[MultiTaskModel]:
+        """The model class this way builds (mode echo_hybrid: the same over echo states)."""
         from mtl_decoder.model.pretrained.hybrid import HybridDecoder
 
-        base, identity = self.load_base(saved_trunk, expected_identity)
-        return HybridDecoder(self.cfg, specs, base, identity)
+        return HybridDecoder
 
     def cached_states(self) -> FrozenStates | None:
         return self.model.states
