@@ -172,6 +172,14 @@ for _suffix, _seed in (("", []), ("_seed1", ["training.seed=1"])):
         f"and trained causal, 1,500 steps{', seed 1' if _seed else ''}",
     )
 
+# issue 37: does echo's gain carry to SemEval's aspect terms (the bidirectional hybrid: 0.862 / 0.867 test F1)?
+ROWS["smollm2_semeval_echo_hybrid2_on16_bidir_ple"] = (
+    "smollm2_semeval_ple.yaml",
+    [o.replace("=hybrid", "=echo_hybrid") for o in _VARIANTS["hybrid2_on16_bidir"][0]],
+    f"SmolLM2 echo {_VARIANTS['hybrid2_on16_bidir'][1]}, each text read twice by the cached blocks, 2 PLE layers "
+    "(SemEval aspects + polarity)",
+)
+
 # the task preferences a per-route mix serves are a multi-task question: the same mix on one task at a time
 for _task in ("conll2003", "sst2"):
     ROWS[f"smollm2_mix_16_24_30_single_{_task}"] = (
