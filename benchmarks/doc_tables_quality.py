@@ -233,6 +233,8 @@ PRETRAINED_TOP = [
     "smollm2_hybrid2_on16_bidir_truecase_short_ple",
     "smollm2_echo_hybrid2_on16_bidir_short_ple",
     "smollm2_echo_hybrid2_on16_bidir_short_seed1_ple",
+    "smollm2_echo_hybrid2_on16_short_ple",
+    "smollm2_echo_hybrid2_on16_short_seed1_ple",
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
