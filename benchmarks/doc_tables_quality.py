@@ -265,7 +265,8 @@ PRETRAINED_TOP_SEMEVAL = [
     "smollm2_semeval_hybrid2_on16_bidir_single_polarity_seed1",
 ]
 """On block 16's states on SemEval-2014: frozen, two top blocks trained (three seeds) or four, the two with the
-causal mask lifted (two seeds) and over echo states (one), the single-task pair of each (the bidirectional polarity model at two seeds)."""
+causal mask lifted (two seeds) and over echo states (one), the single-task pair of each (the bidirectional polarity
+model at two seeds)."""
 PRETRAINED_ABLATIONS = [
     "smollm2_conll_first_causal",
     "smollm2_conll_last_causal",
