@@ -41,6 +41,7 @@ def summary_table() -> Table:
             fmt(hybrid["words_per_cpu_s"], 0),
             cpu(hybrid["cpu"]),
         ],
+        echo_hybrid_row(),
         w8a8_row(),
         hybrid_bidir_w8a8_row(),
         hybrid_short_w8a8_row(),
@@ -233,12 +234,14 @@ PRETRAINED_TOP = [
     "smollm2_hybrid2_on16_bidir_truecase_short_ple",
     "smollm2_echo_hybrid2_on16_bidir_short_ple",
     "smollm2_echo_hybrid2_on16_bidir_short_seed1_ple",
+    "smollm2_echo_hybrid2_on16_bidir_3k_ple",
+    "smollm2_echo_hybrid2_on16_bidir_3k_seed1_ple",
     "smollm2_echo_hybrid2_on16_short_ple",
     "smollm2_echo_hybrid2_on16_short_seed1_ple",
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
-1,500-step schedule, with and without the all-caps lines truecased, and over echo states)."""
+1,500-step schedule, with and without the all-caps lines truecased, and over echo states on 1,500 and 3,000 steps)."""
 PRETRAINED_READS_SEMEVAL = [
     "smollm2_semeval_ple",
     "smollm2_default_semeval_ple",
@@ -340,6 +343,22 @@ def int8_row(label: str, throughput: str, entry: str, agreement: str) -> list[st
         label,
         fmt(lookup(agreement, "int8.test.conll2003.conll2003_test_f1")),
         fmt(lookup(agreement, "int8.test.sst2.sst2_test_accuracy")),
+        fmt(speed["words_per_cpu_s"], 0),
+        cpu(speed["cpu"]),
+    ]
+
+
+def echo_hybrid_row() -> list[str]:
+    """configs/bench/smollm2_echo_hybrid.yaml: the mean of its two seeds' test scores, its speed timed on seed 0."""
+    speed = lookup(
+        "pretrained_throughput_echo_hybrid_3k.json", "entries[name=smollm2_echo_hybrid2_on16_bidir_3k_ple/best fp32]"
+    )
+    seeds = ["smollm2_echo_hybrid2_on16_bidir_3k_ple", "smollm2_echo_hybrid2_on16_bidir_3k_seed1_ple"]
+    return [
+        "`ple` on SmolLM2-135M, 16 blocks cached reading each text twice and 2 more trained with the causal mask "
+        "lifted, fp32 (`configs/bench/smollm2_echo_hybrid.yaml`, mean of 2 seeds)",
+        fmt(mean(metric("quality.json", n, "test", "conll2003", "f1") for n in seeds)),
+        fmt(mean(metric("quality.json", n, "test", "sst2", "accuracy") for n in seeds)),
         fmt(speed["words_per_cpu_s"], 0),
         cpu(speed["cpu"]),
     ]
