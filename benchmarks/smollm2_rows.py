@@ -188,6 +188,17 @@ for _suffix, _seed in (("", []), ("_seed1", ["training.seed=1"])):
         f"and trained with the causal mask lifted, 3,000 steps{', seed 1' if _seed else ''}",
     )
 
+# issue 37's last CPU target, "ple at least level with its single-task pair": the echo recipe on one task at a time,
+# the same 3,000 steps seeing the same examples of its task (batch 16, the task's half of a multi-task batch)
+for _task in ("conll2003", "sst2"):
+    for _suffix, _seed in (("", []), ("_seed1", ["training.seed=1"])):
+        ROWS[f"smollm2_echo_hybrid2_on16_bidir_3k_single_{_task}{_suffix}"] = (
+            f"smollm2_single_{_task}.yaml",
+            [*ROWS["smollm2_echo_hybrid2_on16_bidir_3k_ple"][1], *_seed],
+            f"smollm2_echo_hybrid2_on16_bidir_3k_ple's recipe (configs/bench/smollm2_echo_hybrid.yaml), {_task} only"
+            f"{', seed 1' if _seed else ''}",
+        )
+
 # issue 37: does echo's gain carry to SemEval's aspect terms (the bidirectional hybrid: 0.862 / 0.867 test F1)?
 ROWS["smollm2_semeval_echo_hybrid2_on16_bidir_ple"] = (
     "smollm2_semeval_ple.yaml",
@@ -261,3 +272,6 @@ PAIRS: dict[str, tuple[str, str]] = {
     ),
 }
 """quality.py's SINGLE_PAIRS format: a combined row of two single-task runs beside the multi-task one."""
+for _suffix in ("", "_seed1"):  # the echo recipe's pair, both seeds
+    _a, _b = (f"smollm2_echo_hybrid2_on16_bidir_3k_single_{_task}{_suffix}" for _task in ("conll2003", "sst2"))
+    PAIRS[f"{_a} + {_b}"] = (_a, _b)
