@@ -207,6 +207,14 @@ ROWS["smollm2_semeval_echo_hybrid2_on16_bidir_ple"] = (
     "(SemEval aspects + polarity)",
 )
 
+# ... and echo's own single-task pair on SemEval (its multi-task row: 0.852 mean test score, one seed)
+for _task in ("aspect", "polarity"):
+    ROWS[f"smollm2_semeval_echo_hybrid2_on16_bidir_single_{_task}"] = (
+        f"smollm2_semeval_single_{_task}.yaml",
+        ROWS["smollm2_semeval_echo_hybrid2_on16_bidir_ple"][1],
+        f"smollm2_semeval_echo_hybrid2_on16_bidir_ple's recipe, SemEval {_task} only",
+    )
+
 # the task preferences a per-route mix serves are a multi-task question: the same mix on one task at a time
 for _task in ("conll2003", "sst2"):
     ROWS[f"smollm2_mix_16_24_30_single_{_task}"] = (
@@ -272,6 +280,8 @@ PAIRS: dict[str, tuple[str, str]] = {
     ),
 }
 """quality.py's SINGLE_PAIRS format: a combined row of two single-task runs beside the multi-task one."""
+_a, _b = (f"smollm2_semeval_echo_hybrid2_on16_bidir_single_{_task}" for _task in ("aspect", "polarity"))
+PAIRS[f"{_a} + {_b}"] = (_a, _b)
 for _suffix in ("", "_seed1"):  # the echo recipe's pair, both seeds
     _a, _b = (f"smollm2_echo_hybrid2_on16_bidir_3k_single_{_task}{_suffix}" for _task in ("conll2003", "sst2"))
     PAIRS[f"{_a} + {_b}"] = (_a, _b)
