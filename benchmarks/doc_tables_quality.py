@@ -238,10 +238,12 @@ PRETRAINED_TOP = [
     "smollm2_echo_hybrid2_on16_bidir_3k_seed1_ple",
     "smollm2_echo_hybrid2_on16_short_ple",
     "smollm2_echo_hybrid2_on16_short_seed1_ple",
+    *[f"smollm2_echo_hybrid2_on16_bidir_3k_single_{t}{s}" for t in ("conll2003", "sst2") for s in ("", "_seed1")],
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
-1,500-step schedule, with and without the all-caps lines truecased, and over echo states on 1,500 and 3,000 steps)."""
+1,500-step schedule, with and without the all-caps lines truecased, and over echo states on 1,500 and 3,000 steps,
+the last with its single-task pair at two seeds)."""
 PRETRAINED_READS_SEMEVAL = [
     "smollm2_semeval_ple",
     "smollm2_default_semeval_ple",
@@ -260,6 +262,7 @@ PRETRAINED_TOP_SEMEVAL = [
     "smollm2_semeval_hybrid2_on16_bidir_ple",
     "smollm2_semeval_hybrid2_on16_bidir_seed1_ple",
     "smollm2_semeval_echo_hybrid2_on16_bidir_ple",
+    *[f"smollm2_semeval_echo_hybrid2_on16_bidir_single_{t}" for t in ("aspect", "polarity")],
     "smollm2_semeval_hybrid2_on16_single_aspect",
     "smollm2_semeval_hybrid2_on16_single_polarity",
     "smollm2_semeval_hybrid2_on16_bidir_single_aspect",
