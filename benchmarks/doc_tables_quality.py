@@ -236,14 +236,19 @@ PRETRAINED_TOP = [
     "smollm2_echo_hybrid2_on16_bidir_short_seed1_ple",
     "smollm2_echo_hybrid2_on16_bidir_3k_ple",
     "smollm2_echo_hybrid2_on16_bidir_3k_seed1_ple",
+    "smollm2_echo_hybrid2_on16_bidir_3k_seed2_ple",
     "smollm2_echo_hybrid2_on16_short_ple",
     "smollm2_echo_hybrid2_on16_short_seed1_ple",
-    *[f"smollm2_echo_hybrid2_on16_bidir_3k_single_{t}{s}" for t in ("conll2003", "sst2") for s in ("", "_seed1")],
+    *[
+        f"smollm2_echo_hybrid2_on16_bidir_3k_single_{t}{s}"
+        for t in ("conll2003", "sst2")
+        for s in ("", "_seed1", "_seed2")
+    ],
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
 1,500-step schedule, with and without the all-caps lines truecased, and over echo states on 1,500 and 3,000 steps,
-the last with its single-task pair at two seeds)."""
+the last with its single-task pair, three seeds each)."""
 PRETRAINED_READS_SEMEVAL = [
     "smollm2_semeval_ple",
     "smollm2_default_semeval_ple",
@@ -352,14 +357,14 @@ def int8_row(label: str, throughput: str, entry: str, agreement: str) -> list[st
 
 
 def echo_hybrid_row() -> list[str]:
-    """configs/bench/smollm2_echo_hybrid.yaml: the mean of its two seeds' test scores, its speed timed on seed 0."""
+    """configs/bench/smollm2_echo_hybrid.yaml: the mean of its three seeds' test scores, its speed timed on seed 0."""
     speed = lookup(
         "pretrained_throughput_echo_hybrid_3k.json", "entries[name=smollm2_echo_hybrid2_on16_bidir_3k_ple/best fp32]"
     )
-    seeds = ["smollm2_echo_hybrid2_on16_bidir_3k_ple", "smollm2_echo_hybrid2_on16_bidir_3k_seed1_ple"]
+    seeds = [f"smollm2_echo_hybrid2_on16_bidir_3k{s}_ple" for s in ("", "_seed1", "_seed2")]
     return [
         "`ple` on SmolLM2-135M, 16 blocks cached reading each text twice and 2 more trained with the causal mask "
-        "lifted, fp32 (`configs/bench/smollm2_echo_hybrid.yaml`, mean of 2 seeds)",
+        "lifted, fp32 (`configs/bench/smollm2_echo_hybrid.yaml`, mean of 3 seeds)",
         fmt(mean(metric("quality.json", n, "test", "conll2003", "f1") for n in seeds)),
         fmt(mean(metric("quality.json", n, "test", "sst2", "accuracy") for n in seeds)),
         fmt(speed["words_per_cpu_s"], 0),
