@@ -270,6 +270,7 @@ PRETRAINED_TOP_SEMEVAL = [
     "smollm2_semeval_echo_hybrid2_on16_bidir_seed1_ple",
     *[f"smollm2_semeval_echo_hybrid2_on16_bidir_single_{t}" for t in ("aspect", "polarity")],
     "smollm2_semeval_echo_hybrid2_on16_bidir_single_aspect_seed1",
+    "smollm2_semeval_echo_hybrid2_on16_bidir_single_polarity_seed1",
     "smollm2_semeval_hybrid2_on16_single_aspect",
     "smollm2_semeval_hybrid2_on16_single_polarity",
     "smollm2_semeval_hybrid2_on16_bidir_single_aspect",
