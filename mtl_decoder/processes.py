@@ -36,6 +36,15 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def deal(items: Sequence[T], size: Callable[[T], int], rank: int, world: int) -> list[T]:
+    """Process ``rank``'s share of one-time work that fills a shared cache: every world-th item, longest first.
+
+    The same order on every process (ties by position), so the shares do not overlap, cover every item and cost
+    about the same. A frozen trunk's state precompute and a teacher's labelling both deal their work this way."""
+    order = sorted(range(len(items)), key=lambda i: (-size(items[i]), i))
+    return [items[i] for i in order[rank::world]]
+
+
 class ProcessFailed(UserError):
     """Another process of the run failed (its error is in the message) or could no longer be reached."""
 

@@ -9,7 +9,8 @@ unlabelled text of the same kind (the transfer set).
 The student is trained by the ``Trainer`` (balancing, Accelerate, resume, validation and selection on the gold
 labels, best/, the model card), which this module extends at two points: the dataset and collator carry the
 teacher's targets, and each task's loss mixes the divergence from the teacher with the gold loss (``loss.py``).
-The teacher labels every text once; its targets are kept on disk (``targets.py``) and reused by later runs.
+The teacher labels every text once (under a launcher, each process its share: ``labelling.py``); its targets are
+kept on disk (``targets.py``) and reused by later runs.
 Everything that can refuse the pair (a task the teacher lacks, another label set, a teacher changed since the run's
 targets were made) does so in one line before any work.
 """
@@ -19,16 +20,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING, DistillConfig, ExperimentConfig, load_config
 from mtl_decoder.data.batching import MultiTaskDataset
 from mtl_decoder.distill.data import DistillCollator, attach_targets, encode_items, read_unlabelled
+from mtl_decoder.distill.labelling import Labelling
 from mtl_decoder.distill.lexicon import (
     LEXICON_FILE,
     LEXICON_TABLE,
@@ -41,21 +41,19 @@ from mtl_decoder.distill.lexicon import (
 from mtl_decoder.distill.loss import DistillLossSpec, classification_divergence, mix, tagging_divergence
 from mtl_decoder.distill.states import (
     SENTENCE_STATES_SUFFIX,
-    STATE_PART,
     STATES_SUFFIX,
     StateProjection,
     check_states,
     fit_projection,
     head_state_loss,
     state_part,
-    task_of,
 )
-from mtl_decoder.distill.targets import Item, TargetStore, TeacherLabeller, default_cache_root, teacher_fingerprint
+from mtl_decoder.distill.targets import Item, TargetStore, default_cache_root, teacher_fingerprint
 from mtl_decoder.distill.targets import text_key as key_of
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_json, atomic_write_safetensors
 from mtl_decoder.model.heads import word_level
-from mtl_decoder.saved import CONFIG_FILE, LABELS_FILE, REQUIRED_FILES, load_model, read_config, read_labels
+from mtl_decoder.saved import CONFIG_FILE, LABELS_FILE, REQUIRED_FILES, read_config, read_labels
 from mtl_decoder.training.run_dir import RunDirectory
 from mtl_decoder.training.setup import RunData
 from mtl_decoder.training.state import TrainResult
@@ -65,8 +63,6 @@ __all__ = ["DISTILL_FILE", "DistillTrainer", "check_teacher", "distill"]
 
 DISTILL_FILE = "distill.json"
 """In the run folder: the teacher, its fingerprint, and how many targets were computed or found in the cache."""
-LABEL_BATCHES = 4096
-"""Texts labelled between two writes of the target cache (a killed labelling keeps what it finished)."""
 
 
 def distill(
@@ -155,17 +151,6 @@ def label_columns(teacher: Path, label_sets: dict[str, list[str]]) -> dict[str, 
     return columns
 
 
-def quantize_teacher(saved) -> None:
-    """The teacher in int8 as ``--precision int8`` runs a saved model: W8A8 where its folder has SmoothQuant scales
-    (``mtl-decoder quantize``), else dynamic int8; for CPUs."""
-    from mtl_decoder.inference.options import autocast_dtype
-    from mtl_decoder.inference.quantize import quantize_int8, use_folder_smoothing
-
-    autocast_dtype("int8", next(saved.model.parameters()).device)  # a UserError on a GPU
-    use_folder_smoothing(saved)
-    quantize_int8(saved.model)
-
-
 def _stored_teacher_hash(run_dir: Path) -> str | None:
     """The teacher fingerprint a run to resume was distilled with.
 
@@ -217,12 +202,14 @@ class DistillTrainer(Trainer):
         ]
         extra_items = [item for _, items in self.unlabelled for item in items]
         items = train_items + extra_items
-        # The main process labels, the others then find the targets on disk. Building the teacher draws from
-        # torch's RNG: forked, so the student starts from the same weights whether its targets were cached or not.
+        # Every process labels its share of the texts missing from the cache, then reads the others'. Building the
+        # teacher draws from torch's RNG: forked, so the student starts from the same weights whether its targets
+        # were cached or not.
         columns = label_columns(Path(self.cfg.distill.teacher), data.label_sets)
-        with acc.main_process_first(), torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]):
             shapes = {t: (1 if k == CLASSIFICATION else 2, len(data.label_sets[t])) for t, k in self.kinds.items()}
-            found, counts, state_stores = self._teacher_targets(items, shapes, progress=acc.is_main_process)
+            progress = acc.is_main_process and self.cfg.training.progress
+            found, counts, state_stores = self._teacher_targets(items, shapes, progress)
         for kind, store in state_stores.items():
             self._attach_states(found, [key_of(item) for item in items], store, kind)
         encoded = data.dataset.examples + encode_items(extra_items, data.encoder)
@@ -232,9 +219,10 @@ class DistillTrainer(Trainer):
         dataset = MultiTaskDataset([examples[a:b] for a, b in itertools.pairwise(bounds)])
         report = [f"unlabelled: {len(texts)} texts from {path}" for path, texts in self.unlabelled]
         d = self.cfg.distill
+        by = f" by {counts['processes']} processes" if counts["processes"] > 1 else ""
         self.targets_line = (
             f"teacher {d.teacher} ({d.teacher_hash[:12]}): targets of {len(items):,} texts, {counts['computed']:,} "
-            f"computed in {counts['teacher_forwards']} teacher batches, {counts['from_cache']:,} from the cache"
+            f"computed in {counts['teacher_forwards']} teacher batches{by}, {counts['from_cache']:,} from the cache"
         )
         teacher = {
             "folder": d.teacher,
@@ -294,11 +282,11 @@ class DistillTrainer(Trainer):
     def _teacher_targets(
         self, items: list[Item], shapes: dict[str, tuple[int, int]], progress: bool
     ) -> tuple[list[dict], dict[str, Any], dict[str, TargetStore]]:
-        """Every item's targets, from the cache or (loading the teacher only then) computed and cached; ``shapes``:
-        task -> (dimensions, labels) of its targets, checked in every shard read. With distill.state_weight (word
-        states) or sentence_state_weight, also the stores of the teacher's states by task kind (beside the
-        targets'), every entry on disk and checked, none held: they are read again, projected, by
-        ``_attach_states``."""
+        """Every item's targets, from the cache or computed (by every process of the run, each its share:
+        ``labelling.Labelling``) and cached; ``shapes``: task -> (dimensions, labels) of its targets, checked in
+        every shard read. With distill.state_weight (word states) or sentence_state_weight, also the stores of the
+        teacher's states by task kind (beside the targets'), every entry on disk and checked, none held: they are
+        read again, projected, by ``_attach_states``."""
         d = self.cfg.distill
         root = Path(d.cache_dir).expanduser() if d.cache_dir else default_cache_root()
         suffixes = {TAGGING: STATES_SUFFIX, CLASSIFICATION: SENTENCE_STATES_SUFFIX}
@@ -307,52 +295,9 @@ class DistillTrainer(Trainer):
             for kind, weight in self.state_weights.items()
             if weight > 0
         }
-        stores = [TargetStore(root / d.teacher_hash, shapes=shapes), *state_stores.values()]
-        keys = [key_of(item) for item in items]
-        stores[0].load(keys)  # every shard these texts need, checked: a damaged one's texts are labelled again
-        for store in stores[1:]:
-            store.verify(keys)  # the states outweigh the targets tenfold: checked here, kept only once projected
-        todo, seen = [], set()  # the first occurrence of each text missing from a store
-        for i, k in enumerate(keys):
-            if k not in seen and not all(k in store for store in stores):
-                seen.add(k)
-                todo.append(i)
-        cached = sum(all(k in store for store in stores) for k in keys)
-        counts = {"texts": len(items), "computed": len(todo), "from_cache": cached, "teacher_forwards": 0}
-        counts["repeated"] = len(items) - len(todo) - cached  # the same text again: labelled once
-        if todo:
-            for store in stores:
-                store.disk.check_writable("distill.cache_dir" if d.cache_dir else "the target cache")
-            saved = load_model(d.teacher, device=self.accelerator.device)
-            if d.teacher_precision == "int8":
-                quantize_teacher(saved)
-            saved.for_inference()  # the teacher reads its trunk's states but never fills the disk or memory with them
-            labeller = TeacherLabeller(
-                saved,
-                saved.config.data.eval_batch_size,
-                word_states=TAGGING in state_stores,
-                sentence_states=CLASSIFICATION in state_stores,
-            )
-            started = time.perf_counter()
-            bar = tqdm(total=len(todo), desc="teacher targets", disable=not (progress and self.cfg.training.progress))
-            for start in range(0, len(todo), LABEL_BATCHES):
-                part = todo[start : start + LABEL_BATCHES]
-                for i, targets in zip(part, labeller.label([items[i] for i in part], bar.update), strict=True):
-                    states = {name: t for name, t in targets.items() if name.endswith(STATE_PART)}
-                    if keys[i] not in stores[0]:
-                        stores[0].put(keys[i], {n: t for n, t in targets.items() if n not in states})
-                    for kind, store in state_stores.items():
-                        if keys[i] not in store:
-                            store.put(keys[i], {n: t for n, t in states.items() if self.kinds[task_of(n)] == kind})
-                for store in stores:
-                    store.flush()
-                for store in stores[1:]:
-                    store.forget()  # on disk now; read again, projected, by _attach_states
-            bar.close()
-            counts["teacher_forwards"] = labeller.forwards
-            counts["seconds"] = round(time.perf_counter() - started, 1)
-            del saved, labeller
-        return [dict(stores[0].get(key)) for key in keys], counts, state_stores
+        targets = TargetStore(root / d.teacher_hash, shapes=shapes)
+        counts = Labelling(d, targets, state_stores, self.kinds, self.accelerator).run(items, progress)
+        return [dict(targets.get(key_of(item))) for item in items], counts, state_stores
 
     def _attach_states(self, found: list[dict], keys: list[str], store: TargetStore, kind: str) -> None:
         """Each entry's teacher states of ``kind``'s tasks, on the projection to the student's width, added to

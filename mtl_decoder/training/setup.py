@@ -20,6 +20,7 @@ from mtl_decoder.model.crf import CRF
 from mtl_decoder.model.experts import Gate
 from mtl_decoder.model.heads import MultiTaskModel
 from mtl_decoder.model.trunks import trunk_for
+from mtl_decoder.processes import deal
 from mtl_decoder.training.logging import RunLogger
 
 
@@ -268,5 +269,5 @@ def _share(sequences: list[list[int]], rank: int, world: int) -> list[list[int]]
 
     Every world-th of them, longest first (the same order on
     every process, so the shares do not overlap and cost about the same). ``precompute`` skips the cached ones."""
-    distinct = sorted({tuple(ids) for ids in sequences}, key=lambda ids: (-len(ids), ids))
-    return [list(ids) for ids in distinct[rank::world]]
+    distinct = sorted({tuple(ids) for ids in sequences})  # one order on every process; deal breaks ties by it
+    return [list(ids) for ids in deal(distinct, len, rank, world)]
