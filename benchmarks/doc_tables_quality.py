@@ -222,6 +222,8 @@ PRETRAINED_READS = [
     "smollm2_concat_8_16_24_ple",
 ]
 """Which blocks the PLE layers read, on one CPU and one build: block 16 or 12 alone, two mixes, a concatenation."""
+RECIPE_SEEDS = ("", "_seed1", "_seed2", "_seed3")
+"""The echo recipe's rows (configs/bench/smollm2_echo_hybrid.yaml) and its single-task pair's: the seeds' suffixes."""
 PRETRAINED_TOP = [
     "smollm2_frozen_ple",
     "smollm2_hashdrop_ple",
@@ -234,21 +236,19 @@ PRETRAINED_TOP = [
     "smollm2_hybrid2_on16_bidir_truecase_short_ple",
     "smollm2_echo_hybrid2_on16_bidir_short_ple",
     "smollm2_echo_hybrid2_on16_bidir_short_seed1_ple",
-    "smollm2_echo_hybrid2_on16_bidir_3k_ple",
-    "smollm2_echo_hybrid2_on16_bidir_3k_seed1_ple",
-    "smollm2_echo_hybrid2_on16_bidir_3k_seed2_ple",
+    *[f"smollm2_echo_hybrid2_on16_bidir_3k{s}_ple" for s in RECIPE_SEEDS],
     "smollm2_echo_hybrid2_on16_short_ple",
     "smollm2_echo_hybrid2_on16_short_seed1_ple",
     *[
         f"smollm2_echo_hybrid2_on16_bidir_3k_single_{t}{s}"
         for t in ("conll2003", "sst2")
-        for s in ("", "_seed1", "_seed2")
+        for s in RECIPE_SEEDS
     ],
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
 1,500-step schedule, with and without the all-caps lines truecased, and over echo states on 1,500 and 3,000 steps,
-the last with its single-task pair, three seeds each)."""
+the last with its single-task pair, four seeds each)."""
 PRETRAINED_READS_SEMEVAL = [
     "smollm2_semeval_ple",
     "smollm2_default_semeval_ple",
@@ -360,14 +360,14 @@ def int8_row(label: str, throughput: str, entry: str, agreement: str) -> list[st
 
 
 def echo_hybrid_row() -> list[str]:
-    """configs/bench/smollm2_echo_hybrid.yaml: the mean of its three seeds' test scores, its speed timed on seed 0."""
+    """configs/bench/smollm2_echo_hybrid.yaml: the mean of its seeds' test scores, its speed timed on seed 0."""
     speed = lookup(
         "pretrained_throughput_echo_hybrid_3k.json", "entries[name=smollm2_echo_hybrid2_on16_bidir_3k_ple/best fp32]"
     )
-    seeds = [f"smollm2_echo_hybrid2_on16_bidir_3k{s}_ple" for s in ("", "_seed1", "_seed2")]
+    seeds = [f"smollm2_echo_hybrid2_on16_bidir_3k{s}_ple" for s in RECIPE_SEEDS]
     return [
         "`ple` on SmolLM2-135M, 16 blocks cached reading each text twice and 2 more trained with the causal mask "
-        "lifted, fp32 (`configs/bench/smollm2_echo_hybrid.yaml`, mean of 3 seeds)",
+        f"lifted, fp32 (`configs/bench/smollm2_echo_hybrid.yaml`, mean of {len(seeds)} seeds)",
         fmt(mean(metric("quality.json", n, "test", "conll2003", "f1") for n in seeds)),
         fmt(mean(metric("quality.json", n, "test", "sst2", "accuracy") for n in seeds)),
         fmt(speed["words_per_cpu_s"], 0),

@@ -143,6 +143,7 @@ def main() -> None:
         "checks_against_evaluate": checks,
         "per_seed_difference": {str(s): round(d, 5) for s, d in per_seed.items()},
         "mean_difference": round(observed, 5),
+        "interval_percent": 95,
         "interval_95_sentences": [round(percentile(sentences_only, q), 5) for q in (0.025, 0.975)],
         "interval_95_seeds_and_sentences": [round(percentile(seeds_and_sentences, q), 5) for q in (0.025, 0.975)],
         "share_of_resamples_multi_behind": {
