@@ -1,5 +1,5 @@
 """benchmarks/labelling_processes.py's inputs: a student config of the teacher's tasks that loads, on slices of the
-bundled samples, and the transfer file with its words counted."""
+bundled samples, and the transfer file, with the words of every text the teacher labels counted."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ def test_the_student_config_loads_and_the_words_are_counted(tmp_path):
     cfg = load_config(config)
     assert sorted(cfg.tasks) == ["conll2003", "sst2"]
     assert transfer.read_text(encoding="utf-8").splitlines() == ["Rain in Rome .", "Acme Corp hired Maria Lopez ."]
-    assert words == 4 + 6  # the transfer file's words
-    train = [json.loads(line) for line in (tmp_path / "conll2003_train.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert len(train) == labelling_processes.SAMPLE_TEXTS and all("tokens" in r for r in train)
+    files = [(tmp_path / f"{t}_train.jsonl").read_text(encoding="utf-8").splitlines() for t in ("conll2003", "sst2")]
+    conll, sst = ([json.loads(line) for line in lines] for lines in files)
+    assert len(conll) == len(sst) == labelling_processes.SAMPLE_TEXTS
+    assert words == sum(len(r["tokens"]) for r in conll) + sum(len(r["text"].split()) for r in sst) + 4 + 6
