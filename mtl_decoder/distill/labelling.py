@@ -4,9 +4,9 @@ between the processes of a launch.
 Every process first looks at the cache as it is (then waits for the others, so all see the same texts missing);
 each labels every world-th of the missing texts, longest first (``processes.deal``: the rule of a frozen trunk's
 state precompute, so the shares do not overlap and cost about the same), writes its shards into the shared cache
-folder, and waits for the others; it then reads their shards. n processes label in about 1/n of the time; one
-process labels every text. A text whose shard is unreadable when read back is labelled again by the process
-that misses it.
+folder, and waits for the others; it then reads their shards. One process labels every text. What n processes gain
+in time is the machine's (two on a 2-core AVX2 CPU: 1.2x, docs/distillation.md). A text whose shard is unreadable
+when read back is labelled again by the process that misses it.
 """
 
 from __future__ import annotations
