@@ -76,11 +76,14 @@ class Labelling:
         counts = {"texts": len(items), "computed": len(todo), "from_cache": cached, "teacher_forwards": 0}
         counts["repeated"] = len(items) - len(todo) - cached
         counts["processes"] = acc.num_processes
-        if not todo:
+        if not todo and acc.num_processes == 1:
             return counts
-        for store in self.stores:
+        # Several processes all pass the barriers below, even one that found nothing missing: another run writing
+        # to the same cache meanwhile could make the processes see different texts missing, and a process that
+        # returned here would leave the others waiting.
+        for store in self.stores if todo else ():
             store.disk.check_writable("distill.cache_dir" if self.distill.cache_dir else "the target cache")
-        acc.wait_for_everyone()  # every process has seen the same texts missing before any writes
+        acc.wait_for_everyone()  # every process has seen the texts missing before any writes
         mine = deal(todo, lambda i: item_words(items[i]), acc.process_index, acc.num_processes)
         started = time.perf_counter()
         forwards = self._label(items, keys, mine, progress)
@@ -95,9 +98,11 @@ class Labelling:
             forwards += self._label(items, keys, lost, progress)
             seconds = time.perf_counter() - started
         if acc.num_processes > 1:
-            both = torch.tensor([forwards, seconds], dtype=torch.float64, device=acc.device)
-            both = acc.gather(both).view(-1, 2)
+            both = torch.tensor([forwards, seconds, len(todo)], dtype=torch.float64, device=acc.device)
+            both = acc.gather(both).view(-1, 3)
             forwards, seconds = int(both[:, 0].sum()), float(both[:, 1].max())
+            if not both[:, 2].any():  # nothing was missing for any process
+                return counts
         counts["teacher_forwards"], counts["seconds"] = forwards, round(seconds, 1)
         return counts
 

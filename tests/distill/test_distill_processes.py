@@ -1,6 +1,6 @@
 """The teacher's labelling split between two processes (torchrun, gloo): together they fill the target cache and
 the state caches with exactly the texts one process labels, each text once, each process its share of the words,
-with the same targets; the run reports it."""
+with the same targets; the run reports it, and a second launch finds every text cached and labels none."""
 
 from __future__ import annotations
 
@@ -94,9 +94,18 @@ def test_two_processes_label_the_transfer_set_once_between_them(tmp_path):
     items = [json.loads(line)["tokens"] for line in ner] + [json.loads(line)["text"] for line in sentiment]
     words = {text_key(item): item_words(item) for item in items}
     by_pid: dict[str, set[str]] = {}
-    for shard, tensors in shards(tmp_path / "two-cache" / one["fingerprint"]).items():
+    split_targets = shards(tmp_path / "two-cache" / one["fingerprint"])
+    for shard, tensors in split_targets.items():
         by_pid.setdefault(shard.name.rsplit("-", 1)[1], set()).update(name.split("/")[0] for name in tensors)
     a, b = by_pid.values()
     assert not a & b and a | b == set(words) and len(words) == texts
     assert abs(len(a) - len(b)) <= 1
     assert abs(sum(words[k] for k in a) - sum(words[k] for k in b)) <= max(words.values())
+
+    # a second launch finds every text cached: both processes still meet at the barriers and none labels
+    again = subprocess.run([*launch, "--output-dir", str(tmp_path / "again")], env=env, capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    counts = json.loads((tmp_path / "again" / "distill.json").read_text())["targets"]
+    assert counts["computed"] == 0 and counts["teacher_forwards"] == 0 and counts["from_cache"] == counts["texts"]
+    assert "seconds" not in counts and len(shards(tmp_path / "two-cache" / one["fingerprint"])) == len(split_targets)
