@@ -53,6 +53,10 @@ class TaskConfig:
     """Weight of the task's loss under balancing.method 'static'."""
     metric_weight: float = 1.0
     """Weight of the task's primary metric in the selection score (weighted mean)."""
+    sampling_weight: float = 1.0
+    """How much batches draw on this task's training file relative to the others: it multiplies the file's weight
+    under every ``data.sampling`` strategy (round_robin: a file of weight 2 fills twice the slots of one of weight
+    1). Tasks that read the same file give it one weight."""
 
     def __post_init__(self) -> None:
         check_choice("kind", self.kind, TASK_KINDS)
@@ -63,5 +67,6 @@ class TaskConfig:
         check_choice("primary_metric", self.primary_metric, METRICS[self.kind])
         check_positive("loss_weight", self.loss_weight, allow_zero=True)
         check_positive("metric_weight", self.metric_weight, allow_zero=True)
+        check_positive("sampling_weight", self.sampling_weight)
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
             raise ConfigError("labels", "contains duplicates")

@@ -59,9 +59,14 @@ def encode_example(
 class MultiTaskDataset(torch.utils.data.Dataset):
     """The encoded examples of all training sources, source after source."""
 
-    def __init__(self, sources: list[list[EncodedExample]]):
+    def __init__(self, sources: list[list[EncodedExample]], weights: list[float] | None = None):
         self.examples = [ex for src in sources for ex in src]
         self.source_sizes = [len(src) for src in sources]
+        self.source_weights = list(weights) if weights is not None else [1.0] * len(sources)
+        """How much batches draw on each source (its tasks' ``sampling_weight``; 1 for a distillation's unlabelled
+        files), on top of ``data.sampling``."""
+        if len(self.source_weights) != len(sources):
+            raise ValueError(f"{len(sources)} sources but {len(self.source_weights)} sampling weights")
         self.lengths = np.array([len(ex.ids) for ex in self.examples], dtype=np.int64)
 
     def __len__(self) -> int:
@@ -71,18 +76,36 @@ class MultiTaskDataset(torch.utils.data.Dataset):
         return self.examples[index]
 
 
-def source_probabilities(sizes: list[int], strategy: str, temperature: float = 2.0) -> np.ndarray:
-    """Chance that a drawn example comes from each source."""
+def source_probabilities(
+    sizes: list[int], strategy: str, temperature: float = 2.0, weights: list[float] | None = None
+) -> np.ndarray:
+    """Chance that a drawn example comes from each source: the strategy's share times the source's weight."""
     sizes_arr = np.asarray(sizes, dtype=np.float64)
     if strategy == "proportional":
-        weights = sizes_arr
+        share = sizes_arr
     elif strategy == "temperature":
-        weights = sizes_arr ** (1.0 / temperature)
+        share = sizes_arr ** (1.0 / temperature)
     elif strategy == "round_robin":
-        weights = np.ones_like(sizes_arr)
+        share = np.ones_like(sizes_arr)
     else:
         raise ValueError(f"unknown sampling strategy {strategy!r}")
-    return weights / weights.sum()
+    if weights is not None:
+        share = share * np.asarray(weights, dtype=np.float64)
+    return share / share.sum()
+
+
+def weighted_turns(weights: list[float], slots: int) -> np.ndarray:
+    """(slots,) the source of each of ``slots`` consecutive slots, taken in turn by weight (stride scheduling).
+
+    Source k's i-th turn falls at time (i + 1/2) / w_k and the slots go to the turns in time order, ties to the
+    lower source: equal weights give plain turns (slot j to source j % k), and after any number of slots each
+    source holds its weight's share of them to within one slot."""
+    w = np.asarray(weights, dtype=np.float64)
+    turns = np.ceil(slots * w / w.sum()).astype(np.int64) + 1  # enough turns of every source to fill the slots
+    times = np.concatenate([(np.arange(n) + 0.5) / wk for n, wk in zip(turns, w, strict=True)])
+    source = np.repeat(np.arange(len(w)), turns)
+    order = np.lexsort((source, times))[:slots]  # by time, then by source
+    return source[order]
 
 
 _MIX, _ORDER, _SHUFFLE = 0, 1, 2
@@ -93,8 +116,10 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler[list[int]]):
     """Batches that mix the task sources, deterministic given (seed, epoch).
 
     Mix: how many examples of each source a batch holds is drawn by the strategy: 'round_robin' takes the
-    sources in turn (two sources and an even batch size: exactly half each), 'proportional' and 'temperature'
-    draw each example's source independently. Length grouping never changes a batch's mix.
+    sources in turn (two sources and an even batch size: exactly half each; with ``weights``, turns in proportion
+    to them, ``weighted_turns``), 'proportional' and 'temperature' draw each example's source independently (with
+    ``weights``, in proportion to the strategy's share times the weight). Length grouping never changes a batch's
+    mix.
 
     Order: each source has one stream of examples, whole shuffled passes one after another, that continues
     across epochs; an epoch takes the next examples of every stream. A source drawn fewer times per epoch than
@@ -118,13 +143,17 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler[list[int]]):
         seed: int = 0,
         num_batches: int | None = None,
         window: int = 64,
+        weights: list[float] | None = None,
     ):
         self.sizes = list(source_sizes)
         if not self.sizes or min(self.sizes) <= 0:
             raise ValueError(f"every source needs at least one example, got sizes {self.sizes}")
+        self.weights = list(weights) if weights is not None else [1.0] * len(self.sizes)
+        if len(self.weights) != len(self.sizes) or min(self.weights) <= 0:
+            raise ValueError(f"need one positive weight per source, got {self.weights} for sizes {self.sizes}")
         self.offsets = np.cumsum([0, *self.sizes[:-1]])
         self.batch_size, self.strategy, self.temperature = batch_size, strategy, temperature
-        self.probabilities = source_probabilities(self.sizes, strategy, temperature)
+        self.probabilities = source_probabilities(self.sizes, strategy, temperature, self.weights)
         self.lengths = lengths if group_by_length else None
         self.seed, self.epoch, self.window = seed, 0, window
         self.num_batches = num_batches or math.ceil(sum(self.sizes) / batch_size)
@@ -140,10 +169,9 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler[list[int]]):
     def batch_mix(self, epoch: int) -> np.ndarray:
         """(num_batches, sources): how many examples of each source every batch of ``epoch`` holds."""
         n, b, k = self.num_batches, self.batch_size, len(self.sizes)
-        if self.strategy == "round_robin":  # slot j of the epoch goes to source j % k
-            ends = np.arange(n + 1)[:, None] * b
-            below = (ends - np.arange(k) + k - 1) // k  # slots under each end that belong to each source
-            return np.diff(below, axis=0)
+        if self.strategy == "round_robin":  # the epoch's slots taken in turn by weight, batch after batch
+            turns = weighted_turns(self.weights, n * b).reshape(n, b)
+            return (turns[:, :, None] == np.arange(k)).sum(axis=1)
         rng = np.random.default_rng([self.seed, _MIX, epoch])
         return rng.multinomial(b, self.probabilities, size=n)
 

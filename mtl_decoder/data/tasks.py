@@ -48,6 +48,11 @@ class Source:
     spellings: dict[str, dict[Any, tuple[str, int]]] = field(default_factory=dict)
     """Task -> class -> (the first spelling of its label, its line): a class is written one way in a file."""
 
+    @property
+    def sampling_weight(self) -> float:
+        """How much training batches draw on this file (its tasks' ``sampling_weight``, which they share)."""
+        return self.tasks[0].sampling_weight
+
 
 def source_key(task: TaskConfig, split: str) -> str | None:
     where = getattr(task.data, split)
@@ -69,6 +74,7 @@ def split_sources(tasks: dict[str, TaskConfig], split: str, names: list[str] | N
         sources.setdefault(key, Source(key, [])).tasks.append(task)
     for source in sources.values():
         _check_shared_columns(source)
+        _check_shared_weight(source, split)
     return list(sources.values())
 
 
@@ -78,6 +84,14 @@ def _check_shared_columns(source: Source) -> None:
     if len(columns) > 1:
         names = ", ".join(t.name for t in source.tasks)
         raise UserError(f"tasks {names} read {source.key} with different token columns {sorted(columns)}")
+
+
+def _check_shared_weight(source: Source, split: str) -> None:
+    """A file is drawn as one source: the tasks reading it must agree on its sampling weight (training only)."""
+    weights = {t.sampling_weight for t in source.tasks}
+    if split == "train" and len(weights) > 1:
+        given = ", ".join(f"tasks.{t.name}.sampling_weight={t.sampling_weight:g}" for t in source.tasks)
+        raise UserError(f"tasks reading {source.key} give it different sampling weights ({given}): set them equal")
 
 
 def iter_records(source: Source) -> Iterator[tuple[str, Record]]:

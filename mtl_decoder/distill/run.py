@@ -216,7 +216,8 @@ class DistillTrainer(Trainer):
         examples = attach_targets(encoded, items, found, data.encoder, self.kinds, columns)
         sizes = data.dataset.source_sizes + [len(texts) for _, texts in self.unlabelled]
         bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
-        dataset = MultiTaskDataset([examples[a:b] for a, b in itertools.pairwise(bounds)])
+        weights = data.dataset.source_weights + [1.0] * len(self.unlabelled)  # an unlabelled file: weight 1
+        dataset = MultiTaskDataset([examples[a:b] for a, b in itertools.pairwise(bounds)], weights)
         report = [f"unlabelled: {len(texts)} texts from {path}" for path, texts in self.unlabelled]
         d = self.cfg.distill
         by = f" by {counts['processes']} processes" if counts["processes"] > 1 else ""

@@ -240,7 +240,8 @@ class Trainer(TrainingLoop):
                 self.run.write_fingerprints(self.fingerprints)
         kinds = {name: t.kind for name, t in cfg.tasks.items()}
         encoded, report = encode_sources(train, encoder, label_sets, kinds)
-        return RunData(train, validation, label_sets, encoder, MultiTaskDataset(encoded), report)
+        dataset = MultiTaskDataset(encoded, [source.sampling_weight for source in train])
+        return RunData(train, validation, label_sets, encoder, dataset, report)
 
     def _setup_model(self) -> None:
         cfg, acc, data = self.cfg, self.accelerator, self.data
@@ -261,6 +262,7 @@ class Trainer(TrainingLoop):
             data.dataset.lengths,
             cfg.data.group_by_length,
             seed=cfg.training.seed,
+            weights=data.dataset.source_weights,
         )
         collate = self._collator()
         # A private generator: each new DataLoader iterator draws a seed from it, and drawing from the global

@@ -14,6 +14,7 @@ from mtl_decoder.data.batching import (
     MultiTaskDataset,
     drop_words,
     source_probabilities,
+    weighted_turns,
 )
 from mtl_decoder.data.wordfeatures import MAX_WORD_CHARS, N_HASHED, hashed_features
 
@@ -247,3 +248,67 @@ def test_collator_features_of_a_batch_without_words_are_empty():
     batch = Collator(0, {}, word_features=True, hash_buckets=1000)([EncodedExample([2, 3], [-1, -1], [])])
     assert batch["char_ids"].shape == (0, MAX_WORD_CHARS) and batch["hash_ids"].shape == (0, N_HASHED)
     assert batch["token_word"].tolist() == [[-1, -1]]
+
+
+def greedy_turns(weights: list[float], slots: int) -> list[int]:
+    """Reference: slot by slot, the source whose next turn comes first, (taken + 1/2) / weight, ties to the lower."""
+    taken = [0] * len(weights)
+    out = []
+    for _ in range(slots):
+        k = min(range(len(weights)), key=lambda j: ((taken[j] + 0.5) / weights[j], j))
+        taken[k] += 1
+        out.append(k)
+    return out
+
+
+@pytest.mark.parametrize("weights", [[1.0, 1.0, 1.0], [2.0, 1.0], [3.0, 1.0, 0.5], [0.7, 1.3]])
+def test_weighted_turns_against_a_slot_by_slot_reference(weights):
+    turns = weighted_turns(weights, 500)
+    assert turns.tolist() == greedy_turns(weights, 500)
+    share = np.asarray(weights) / sum(weights)
+    for end in range(1, 501):  # every prefix holds each source's share to within one slot
+        held = np.bincount(turns[:end], minlength=len(weights))
+        assert np.all(np.abs(held - end * share) < 1.0 + 1e-9), (end, held)
+
+
+def test_equal_weights_are_plain_round_robin():
+    """Weights all 1 keep the sampler's old rule exactly (slot j of an epoch to source j % k): runs made before
+    task weights existed draw the same batches."""
+    sampler = MultiTaskBatchSampler(SIZES, 7, "round_robin", group_by_length=False, num_batches=30)
+    slots = np.arange(30 * 7) % 3
+    expected = np.stack([np.bincount(b, minlength=3) for b in slots.reshape(30, 7)])
+    assert np.array_equal(sampler.batch_mix(0), expected)
+    assert np.array_equal(weighted_turns([1.0] * 3, 210), slots)
+
+
+@pytest.mark.parametrize("strategy", ["proportional", "temperature", "round_robin"])
+def test_sampling_weights_scale_each_source_share(strategy):
+    weights = [1.0, 3.0, 2.0]
+    base = {"proportional": np.array(SIZES, float), "temperature": np.array(SIZES, float) ** 0.5}.get(
+        strategy, np.ones(3)
+    )
+    expected = base * weights / (base * weights).sum()
+    assert np.allclose(source_probabilities(SIZES, strategy, 2.0, weights), expected)
+    sampler = MultiTaskBatchSampler(SIZES, 16, strategy, group_by_length=False, num_batches=400, weights=weights)
+    drawn = np.concatenate([np.array(b) for b in batches_of(sampler)])
+    share = np.bincount(source_of(drawn, SIZES), minlength=3) / len(drawn)
+    assert np.allclose(share, expected, atol=0.02 if strategy != "round_robin" else 1 / len(drawn)), share
+
+
+def test_weighted_round_robin_resumes_where_an_unbroken_run_stands():
+    """A fresh sampler set to epoch e draws what the unbroken one does (resume), with weights too."""
+    lengths = np.random.default_rng(2).integers(5, 60, sum(SIZES))
+
+    def make():
+        return MultiTaskBatchSampler(SIZES, 8, "round_robin", lengths=lengths, seed=4, window=4, weights=[2, 1, 1])
+
+    unbroken = make()
+    seen = [batches_of(unbroken, e) for e in range(4)]
+    assert batches_of(make(), 3) == seen[3]
+
+
+def test_bad_weights_are_refused():
+    with pytest.raises(ValueError, match="one positive weight per source"):
+        MultiTaskBatchSampler(SIZES, 8, weights=[1.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match="one positive weight per source"):
+        MultiTaskBatchSampler(SIZES, 8, weights=[1.0, 1.0])

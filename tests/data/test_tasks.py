@@ -219,3 +219,18 @@ def test_collator_puts_both_label_sets_in_the_same_rows(tmp_path):
         assert on_words == [label_ids["aspect"][t] for t in ex.labels["aspect"]]
         assert batch["labels"]["polarity"][i].item() == label_ids["polarity"][ex.labels["polarity"]]
         assert torch.all(row[~batch["attention_mask"][i]] == -100)
+
+
+def test_tasks_sharing_a_file_must_share_its_sampling_weight():
+    tasks = semeval_tasks()
+    tasks["aspect"].sampling_weight = 2.0
+    with pytest.raises(UserError, match=r"different sampling weights \(tasks.aspect.sampling_weight=2, "):
+        split_sources(tasks, "train")
+    tasks["polarity"].sampling_weight = 2.0
+    [source] = split_sources(tasks, "train")
+    assert source.sampling_weight == 2.0
+
+
+def test_sampling_weight_must_be_positive():
+    with pytest.raises(ConfigError, match="sampling_weight"):
+        classification(SEMEVAL, sampling_weight=0.0)

@@ -84,3 +84,21 @@ def test_a_task_without_a_test_split_still_trains_its_setup(tmp_path):
     tasks[1]["data"].pop("test")
     train_sources, validation, labels = read_data(tiny_config(tmp_path / "run", tasks=tasks))
     assert set(labels) == {"ner", "sentiment"} and len(train_sources) == len(validation) == 2
+
+
+def test_a_task_sampling_weight_sets_its_share_of_every_batch(make_config, tmp_path):
+    """tasks.NAME.sampling_weight reaches the trainer's sampler: round_robin at ner 3 : sentiment 1 gives ner three
+    of every four slots of a batch of 8 (6 and 2), counted on the examples the loader draws."""
+    trainer = Trainer(
+        make_config(tmp_path / "run", ["data.sampling=round_robin", "tasks.ner.sampling_weight=3", "model.dropout=0"])
+    )
+    try:
+        trainer.setup()
+        sizes = trainer.data.dataset.source_sizes
+        assert trainer.data.dataset.source_weights == [3.0, 1.0]
+        trainer.sampler.set_epoch(0)
+        for batch in trainer.sampler:
+            ner = sum(index < sizes[0] for index in batch)
+            assert (ner, len(batch) - ner) == (6, 2)
+    finally:
+        trainer.cleanup()
