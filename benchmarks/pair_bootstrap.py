@@ -1,6 +1,7 @@
 """Is the multi-task model level with its single-task pair? A paired bootstrap over the test sentences and the seeds.
 
     python benchmarks/pair_bootstrap.py [--seeds 0,1,2,3] [--resamples 2000] [--out pair_bootstrap.json]
+                                        [--multi smollm2_echo_hybrid2_on16_bidir_3k{}_ple]
 
 issue 37's "ple at least level with its single-task pair", for the echo recipe (smollm2_echo_hybrid2_on16_bidir_3k*):
 each model of each seed (the multi-task model, CoNLL-2003 alone, SST-2 alone; benchmarks/runs/ROW/best) predicts
@@ -8,7 +9,9 @@ CoNLL-2003 and SST-2 test with ``mtl-decoder predict --cache-states`` (the first
 the test texts to the shared state cache, the rest read them), its predictions kept under
 benchmarks/runs/pair_predictions/. Each model's test F1 (entities from seqeval's ``get_entities``, micro-averaged as
 seqeval's ``f1_score``) and accuracy are first checked against the ``mtl-decoder evaluate`` figures in
-quality.json. Score = the mean of the two; difference = multi-task score - pair's score.
+quality.json. Score = the mean of the two; difference = multi-task score - pair's score. ``--multi`` names another
+multi-task row against the same pair (``{}``: where the seed's suffix goes), e.g. the recipe with CoNLL drawn twice
+as often (``smollm2_echo_hybrid2_on16_bidir_3k_conll2x{}_ple``).
 
 Two intervals for the mean difference over the seeds: the test set's sampling alone (the same resampled sentences for
 every model: paired), and seeds and sentences together (seeds resampled with replacement, then sentences). Writes
@@ -88,13 +91,14 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--out", default="pair_bootstrap.json")
+    parser.add_argument("--multi", default=MULTI, help="the multi-task row, {} where the seed's suffix goes")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     quality = json.loads((REPO / "benchmarks" / "results" / "quality.json").read_text())["runs"]
     models = {}  # (seed, role) -> (per-sentence entity counts, per-sentence SST-2 correctness)
     checks = {}
     for seed in seeds:
-        rows = {"multi": (MULTI.format(suffix(seed)),) * 2,
+        rows = {"multi": (args.multi.format(suffix(seed)),) * 2,
                 "pair": (SINGLE.format("conll2003", suffix(seed)), SINGLE.format("sst2", suffix(seed)))}  # fmt: skip
         for role, (conll_row, sst_row) in rows.items():
             counts, f1 = tagging_counts(predictions(conll_row, "conll2003", args.data_root))
@@ -137,6 +141,7 @@ def main() -> None:
         "benchmark": "pair_bootstrap",
         "question": "issue 37: is the echo recipe's multi-task model level with its single-task pair (test)?",
         "score": "(CoNLL-2003 test entity F1 + SST-2 test accuracy) / 2; difference: multi-task - pair",
+        "multi_row": args.multi.format(""),
         "seeds": seeds,
         "resamples": args.resamples,
         "test_sentences": {"conll2003": n_conll, "sst2": n_sst},
