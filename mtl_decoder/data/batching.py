@@ -64,9 +64,7 @@ class MultiTaskDataset(torch.utils.data.Dataset):
         self.source_sizes = [len(src) for src in sources]
         self.source_weights = list(weights) if weights is not None else [1.0] * len(sources)
         """How much batches draw on each source (its tasks' ``sampling_weight``; 1 for a distillation's unlabelled
-        files), on top of ``data.sampling``."""
-        if len(self.source_weights) != len(sources):
-            raise ValueError(f"{len(sources)} sources but {len(self.source_weights)} sampling weights")
+        files), on top of ``data.sampling`` (checked by the sampler that reads them)."""
         self.lengths = np.array([len(ex.ids) for ex in self.examples], dtype=np.int64)
 
     def __len__(self) -> int:
