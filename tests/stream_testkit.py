@@ -1,8 +1,8 @@
-"""Shared helpers of the inference tests: tiny saved models (random, perturbed weights; no training) over a
+"""Shared helpers of the inference and data tests: tiny saved models (random, perturbed weights; no training) over a
 tokenizer trained on the test fixtures.
 
-Imported by name (``from stream_testkit import ...``): pytest puts this folder on sys.path (rootdir layout, no
-``__init__.py``); the name is unique in the tree.
+Imported by name (``from stream_testkit import ...``): it lies in tests/, which pyproject's pytest ``pythonpath``
+puts on sys.path, so a test in any folder finds it however pytest is started (``pytest tests/data`` included).
 """
 
 from __future__ import annotations
