@@ -242,11 +242,14 @@ PRETRAINED_TOP = [
     *[f"smollm2_echo_hybrid2_on16_bidir_3k_single_{t}{s}" for t in ("conll2003", "sst2") for s in RECIPE_SEEDS],
     "smollm2_echo_hybrid2_on16_bidir_3k_conll2x_ple",
     "smollm2_echo_hybrid2_on16_bidir_3k_conll2x_seed1_ple",
+    "smollm2_echo_hybrid2_on16_bidir_3k_equal_ple",
+    "smollm2_echo_hybrid2_on16_bidir_3k_equal_seed1_ple",
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
 1,500-step schedule, with and without the all-caps lines truecased, and over echo states on 1,500 and 3,000 steps,
-the last with its single-task pair, four seeds each, and with CoNLL drawn twice as often, two seeds)."""
+the last with its single-task pair, four seeds each, with CoNLL drawn twice as often, two seeds, and with both
+losses at weight 1, two seeds)."""
 PRETRAINED_READS_SEMEVAL = [
     "smollm2_semeval_ple",
     "smollm2_default_semeval_ple",
