@@ -99,7 +99,8 @@ class TrainingConfig:
     schedule: str = "cosine"
     """Decay after warm-up: 'linear', 'cosine' or 'constant'."""
     max_grad_norm: float = 1.0
-    """Gradient clipping norm (0 = off)."""
+    """Gradient clipping norm (0 = off). Either way metrics.jsonl logs the norm before clipping (``grad_norm``, the
+    mean over each logging window) and the share of the window's steps the clip scaled down (``clipped_share``)."""
     grad_accum_steps: int = 1
     """Micro-batches per optimizer step."""
     mixed_precision: str = "no"

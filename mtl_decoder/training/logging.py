@@ -74,6 +74,7 @@ class RunLogger:
         self._losses: dict[str, list[float]] = {}
         self._weights: dict[str, float] = {}
         self._grad_norms: list[float] = []
+        self._clipped = 0
         self._file = None
         if accelerator.log_with:
             accelerator.init_trackers("tensorboard", config=_flat(config.to_dict()))
@@ -119,8 +120,10 @@ class RunLogger:
             self._losses.setdefault(task, []).append(value)
         self._weights = weights
 
-    def record_grad_norm(self, norm: float) -> None:
+    def record_grad_norm(self, norm: float, clipped: bool) -> None:
+        """One optimizer step's gradient norm before clipping, and whether the clip scaled the step down."""
         self._grad_norms.append(norm)
+        self._clipped += clipped
 
     def train_step(self, step: int, epoch: int, lr: float, balancer, bar) -> None:
         losses = {t: sum(v) / len(v) for t, v in self._losses.items() if v}
@@ -130,10 +133,11 @@ class RunLogger:
         record.update({f"weight/{t}": w * balancer.cfg.scale for t, w in weights.items()})
         if self._grad_norms:
             record["grad_norm"] = sum(self._grad_norms) / len(self._grad_norms)
+            record["clipped_share"] = self._clipped / len(self._grad_norms)  # of the window's steps
         self._write(record)
         self.acc.log({k: v for k, v in record.items() if k != "type"}, step=step)
         bar.set_postfix_str("  ".join(f"{t} {losses[t]:.3f} x{weights[t]:.2f}" for t in losses))
-        self._losses, self._grad_norms = {}, []
+        self._losses, self._grad_norms, self._clipped = {}, [], 0
 
     def validation(
         self,

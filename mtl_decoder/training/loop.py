@@ -178,9 +178,9 @@ class TrainingLoop:
             if acc.sync_gradients:
                 if self.balancer.log_vars is not None and acc.num_processes > 1:
                     self.balancer.log_vars.grad = acc.reduce(self.balancer.log_vars.grad, "mean")
-                if cfg.training.max_grad_norm:
-                    norm = acc.clip_grad_norm_(self.model.parameters(), cfg.training.max_grad_norm)
-                    self.log.record_grad_norm(float(norm))
+                limit = cfg.training.max_grad_norm or math.inf  # 0: no clip, the norm still logged
+                norm = float(acc.clip_grad_norm_(self.model.parameters(), limit))
+                self.log.record_grad_norm(norm, clipped=norm > limit)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         self.log.record_losses(values, self.balancer.weights())
