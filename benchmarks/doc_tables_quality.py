@@ -236,6 +236,7 @@ PRETRAINED_TOP = [
     "smollm2_hybrid2_on16_bidir_truecase_short_ple",
     "smollm2_echo_hybrid2_on16_bidir_short_ple",
     "smollm2_echo_hybrid2_on16_bidir_short_seed1_ple",
+    "smollm2_echo_hybrid2_on16_bidir_short_noclip_ple",
     *[f"smollm2_echo_hybrid2_on16_bidir_3k{s}_ple" for s in RECIPE_SEEDS],
     "smollm2_echo_hybrid2_on16_short_ple",
     "smollm2_echo_hybrid2_on16_short_seed1_ple",
@@ -247,7 +248,8 @@ PRETRAINED_TOP = [
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
-1,500-step schedule, with and without the all-caps lines truecased, and over echo states on 1,500 and 3,000 steps,
+1,500-step schedule, with and without the all-caps lines truecased, and over echo states on 1,500 steps, also
+without the gradient clip, and on 3,000 steps,
 the last with its single-task pair, four seeds each, with CoNLL drawn twice as often, two seeds, and with both
 losses at weight 1, two seeds)."""
 PRETRAINED_READS_SEMEVAL = [
