@@ -249,9 +249,8 @@ PRETRAINED_TOP = [
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
 1,500-step schedule, with and without the all-caps lines truecased, and over echo states on 1,500 steps, also
-without the gradient clip, and on 3,000 steps,
-the last with its single-task pair, four seeds each, with CoNLL drawn twice as often, two seeds, and with both
-losses at weight 1, two seeds)."""
+without the gradient clip, and on 3,000 steps, the last with its single-task pair, four seeds each, with CoNLL drawn
+twice as often, two seeds, and with both losses at weight 1, two seeds)."""
 PRETRAINED_READS_SEMEVAL = [
     "smollm2_semeval_ple",
     "smollm2_default_semeval_ple",
