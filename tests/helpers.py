@@ -5,12 +5,25 @@ holds only fixtures."""
 from __future__ import annotations
 
 import copy
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from mtl_decoder.config import ExperimentConfig, load_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+needs_torchrun = pytest.mark.skipif(not Path(TORCHRUN).exists(), reason="torchrun not installed")
+
+
+def torchrun(processes: int = 2) -> list[str]:
+    """The launch of ``processes`` local workers. ``--standalone`` lets the rendezvous take a free port: the fixed
+    default (29500) would make two launches at once (pytest-xdist's workers) refuse each other."""
+    return [TORCHRUN, "--standalone", "--nproc_per_node", str(processes)]
 
 
 def tiny_tasks() -> list[dict[str, Any]]:

@@ -8,15 +8,13 @@ import copy
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers import TINY, tiny_tasks
+from helpers import TINY, needs_torchrun, tiny_tasks, torchrun
 from safetensors import safe_open
 
 from mtl_decoder.cli import main
@@ -27,7 +25,6 @@ from mtl_decoder.distill.targets import text_key
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
 STATES = ["distill.state_weight=1.0", "distill.sentence_state_weight=1.0"]
 STEPS = ["training.max_steps=2", "training.eval_every=2"]
 
@@ -52,9 +49,8 @@ def entries(folder: Path) -> dict[str, torch.Tensor]:
     return {name: t for tensors in shards(folder).values() for name, t in tensors.items()}
 
 
+@needs_torchrun
 def test_two_processes_label_the_transfer_set_once_between_them(tmp_path):
-    if not Path(TORCHRUN).exists():
-        pytest.skip("torchrun not installed")
     teacher = write_config(tmp_path / "teacher.yaml", {})
     assert main(["train", "--config", str(teacher), "--output-dir", str(tmp_path / "teacher"), *STEPS]) == 0
     student = write_config(tmp_path / "student.yaml", {"d_model": 16, "expert_hidden": 16})
@@ -64,7 +60,7 @@ def test_two_processes_label_the_transfer_set_once_between_them(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     cache = f"distill.cache_dir={tmp_path / 'two-cache'}"
-    launch = [TORCHRUN, "--nproc_per_node", "2", "-m", "mtl_decoder", *args, cache]
+    launch = [*torchrun(), "-m", "mtl_decoder", *args, cache]
     done = subprocess.run([*launch, "--output-dir", str(tmp_path / "two")], env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -11,12 +11,11 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import needs_torchrun, torchrun
 from predict_testkit import write_delimited, write_jsonl, write_lines
 
 from mtl_decoder.cli import main
@@ -26,9 +25,7 @@ from mtl_decoder.files import TMP_MARK
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "tasks" / "data"
 DRIVER = Path(__file__).parent / "launch_driver.py"
-TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
 RECORDS, BATCH = 150, 4  # blocks of 64 records: rank 0 takes blocks 0 and 2 (short), rank 1 block 1 (and waits)
-needs_torchrun = pytest.mark.skipif(not Path(TORCHRUN).exists(), reason="torchrun not installed")
 
 
 def _sample(name: str, records: int) -> list[dict]:
@@ -91,7 +88,7 @@ def launch(cases: list[dict], folder: Path, fail: str | None = None) -> tuple[su
     if fail:
         env["DRIVER_FAIL"] = fail
     done = subprocess.run(
-        [TORCHRUN, "--nproc_per_node", "2", str(DRIVER), str(cases_path), str(results_path)],
+        [*torchrun(), str(DRIVER), str(cases_path), str(results_path)],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}

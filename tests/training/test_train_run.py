@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import needs_torchrun, torchrun
 from safetensors.torch import load_file
 
 from mtl_decoder.errors import UserError
@@ -164,16 +165,12 @@ def test_an_interrupted_save_never_becomes_latest(tiny_run, tmp_path):
     assert (latest_checkpoint(root) / STATE_FILE).is_file()
 
 
-@pytest.mark.skipif(
-    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
-    reason="torchrun not installed",
-)
+@needs_torchrun
 def test_two_process_data_parallel_run(make_config, tmp_path):
     config_path = _write_config(make_config(tmp_path / "ddp", ["training.epochs=1"]), tmp_path / "ddp.yaml")
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [torchrun, "--nproc_per_node", "2", "-m", "mtl_decoder", "train", "--config", str(config_path)],
+        [*torchrun(), "-m", "mtl_decoder", "train", "--config", str(config_path)],
         env=env,
         capture_output=True,
         text=True,

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,14 +13,13 @@ from safetensors import safe_open
 
 pytest.importorskip("transformers")
 
-from helpers import tiny_config
+from helpers import needs_torchrun, tiny_config, torchrun
 from hf_testkit import assert_fp16_rounded, tiny_checkpoint
 from trunk_runs import overrides
 
 from mtl_decoder.training.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[3]
-TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
 
 
 def shard_keys(cache: Path) -> dict[Path, list[str]]:
@@ -43,7 +40,7 @@ def one_process_cache(config) -> None:
         trainer.cleanup()
 
 
-@pytest.mark.skipif(not Path(TORCHRUN).exists(), reason="torchrun not installed")
+@needs_torchrun
 def test_two_processes_fill_the_cache_once_between_them(tmp_path):
     checkpoint = tiny_checkpoint(tmp_path / "llama")
     single = tiny_config(tmp_path / "one", overrides(checkpoint, tmp_path / "one", "frozen", "training.max_steps=1"))
@@ -52,7 +49,7 @@ def test_two_processes_fill_the_cache_once_between_them(tmp_path):
     two.save(tmp_path / "two.yaml")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [TORCHRUN, "--nproc_per_node", "2", "-m", "mtl_decoder", "train", "--config", str(tmp_path / "two.yaml")],
+        [*torchrun(), "-m", "mtl_decoder", "train", "--config", str(tmp_path / "two.yaml")],
         env=env,
         capture_output=True,
         text=True,

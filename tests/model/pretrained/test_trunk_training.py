@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from safetensors.torch import load_file
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from helpers import FIXTURES, tiny_config
+from helpers import FIXTURES, needs_torchrun, tiny_config, torchrun
 from hf_testkit import tiny_checkpoint
 from trunk_runs import STEPS, overrides, trained
 
@@ -240,10 +239,7 @@ def test_the_utilisation_report_covers_the_pretrained_layers_gates(root, tmp_pat
     assert (tmp_path / "eval" / "plots" / f"experts_layer_{layers - 1}.png").is_file()
 
 
-@pytest.mark.skipif(
-    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
-    reason="torchrun not installed",
-)
+@needs_torchrun
 def test_two_processes_train_a_lora_trunk(root, tmp_path):
     """torchrun with two CPU processes (gloo): DDP over a trunk whose frozen base weights every expert shares,
     each process's batches, the validation split between them, Accelerate's checkpoint. (Modes frozen and
@@ -251,10 +247,9 @@ def test_two_processes_train_a_lora_trunk(root, tmp_path):
     checkpoint = trained(root, "lora").checkpoint
     config = tiny_config(tmp_path / "ddp", overrides(checkpoint, tmp_path, "lora", "training.max_steps=2"))
     config.save(tmp_path / "ddp.yaml")
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [torchrun, "--nproc_per_node", "2", "-m", "mtl_decoder", "train", "--config", str(tmp_path / "ddp.yaml")],
+        [*torchrun(), "-m", "mtl_decoder", "train", "--config", str(tmp_path / "ddp.yaml")],
         env=env,
         capture_output=True,
         text=True,
