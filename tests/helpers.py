@@ -5,7 +5,9 @@ holds only fixtures."""
 from __future__ import annotations
 
 import copy
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import pytest
 
 from mtl_decoder.config import ExperimentConfig, load_config
 
+REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 
 TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
@@ -24,6 +27,13 @@ def torchrun(processes: int = 2) -> list[str]:
     """The launch of ``processes`` local workers. ``--standalone`` lets the rendezvous take a free port: the fixed
     default (29500) would make two launches at once (pytest-xdist's workers) refuse each other."""
     return [TORCHRUN, "--standalone", "--nproc_per_node", str(processes)]
+
+
+def torchrun_cli(*args: str, processes: int = 2) -> subprocess.CompletedProcess:
+    """``torchrun ... -m mtl_decoder ARGS`` from this checkout, one thread a process, its output captured."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    argv = [*torchrun(processes), "-m", "mtl_decoder", *args]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
 
 
 def tiny_tasks() -> list[dict[str, Any]]:

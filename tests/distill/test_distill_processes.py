@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers import TINY, needs_torchrun, tiny_tasks, torchrun
+from helpers import TINY, needs_torchrun, tiny_tasks, torchrun_cli
 from safetensors import safe_open
 
 from mtl_decoder.cli import main
@@ -24,7 +22,6 @@ from mtl_decoder.distill.targets import text_key
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 STATES = ["distill.state_weight=1.0", "distill.sentence_state_weight=1.0"]
 STEPS = ["training.max_steps=2", "training.eval_every=2"]
 
@@ -58,11 +55,8 @@ def test_two_processes_label_the_transfer_set_once_between_them(tmp_path):
     assert main([*args, "--output-dir", str(tmp_path / "one"), f"distill.cache_dir={tmp_path / 'one-cache'}"]) == 0
     one = json.loads((tmp_path / "one" / "distill.json").read_text())
 
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     cache = f"distill.cache_dir={tmp_path / 'two-cache'}"
-    launch = [*torchrun(), "-m", "mtl_decoder", *args, cache]
-    done = subprocess.run([*launch, "--output-dir", str(tmp_path / "two")], env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = torchrun_cli(*args, cache, "--output-dir", str(tmp_path / "two"))
     assert done.returncode == 0, done.stderr[-3000:]
     two = json.loads((tmp_path / "two" / "distill.json").read_text())
     texts = one["targets"]["computed"]
@@ -99,8 +93,7 @@ def test_two_processes_label_the_transfer_set_once_between_them(tmp_path):
     assert abs(sum(words[k] for k in a) - sum(words[k] for k in b)) <= max(words.values())
 
     # a second launch finds every text cached: both processes still meet at the barriers and none labels
-    again = subprocess.run([*launch, "--output-dir", str(tmp_path / "again")], env=env, capture_output=True,
-                           text=True, timeout=300)  # fmt: skip
+    again = torchrun_cli(*args, cache, "--output-dir", str(tmp_path / "again"))
     assert again.returncode == 0, again.stderr[-3000:]
     counts = json.loads((tmp_path / "again" / "distill.json").read_text())["targets"]
     assert counts["computed"] == 0 and counts["teacher_forwards"] == 0 and counts["from_cache"] == counts["texts"]

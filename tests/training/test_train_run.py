@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import needs_torchrun, torchrun
+from helpers import needs_torchrun, torchrun_cli
 from safetensors.torch import load_file
 
 from mtl_decoder.errors import UserError
@@ -168,14 +168,7 @@ def test_an_interrupted_save_never_becomes_latest(tiny_run, tmp_path):
 @needs_torchrun
 def test_two_process_data_parallel_run(make_config, tmp_path):
     config_path = _write_config(make_config(tmp_path / "ddp", ["training.epochs=1"]), tmp_path / "ddp.yaml")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [*torchrun(), "-m", "mtl_decoder", "train", "--config", str(config_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = torchrun_cli("train", "--config", str(config_path))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "cpu x 2 process(es)" in done.stdout + done.stderr
     summary = _summary(tmp_path / "ddp")

@@ -3,9 +3,7 @@ cache with exactly the sequences one process computes, each sequence once, each 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,13 +11,11 @@ from safetensors import safe_open
 
 pytest.importorskip("transformers")
 
-from helpers import needs_torchrun, tiny_config, torchrun
+from helpers import needs_torchrun, tiny_config, torchrun_cli
 from hf_testkit import assert_fp16_rounded, tiny_checkpoint
 from trunk_runs import overrides
 
 from mtl_decoder.training.trainer import Trainer
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def shard_keys(cache: Path) -> dict[Path, list[str]]:
@@ -47,14 +43,7 @@ def test_two_processes_fill_the_cache_once_between_them(tmp_path):
     one_process_cache(single)
     two = tiny_config(tmp_path / "two", overrides(checkpoint, tmp_path / "two", "frozen", "training.max_steps=1"))
     two.save(tmp_path / "two.yaml")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [*torchrun(), "-m", "mtl_decoder", "train", "--config", str(tmp_path / "two.yaml")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = torchrun_cli("train", "--config", str(tmp_path / "two.yaml"))
     assert done.returncode == 0, done.stderr[-3000:]
 
     reference, shared = shard_keys(tmp_path / "one" / "state-cache"), shard_keys(tmp_path / "two" / "state-cache")

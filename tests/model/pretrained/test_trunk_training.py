@@ -5,9 +5,7 @@ utilisation report over the pretrained layers; two processes; a GGUF trunk. Tiny
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ from safetensors.torch import load_file
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from helpers import FIXTURES, needs_torchrun, tiny_config, torchrun
+from helpers import FIXTURES, needs_torchrun, tiny_config, torchrun_cli
 from hf_testkit import tiny_checkpoint
 from trunk_runs import STEPS, overrides, trained
 
@@ -33,7 +31,6 @@ from mtl_decoder.training import train
 from mtl_decoder.training.trainer import Trainer
 
 LABELS = {"ner": ["O", "B-ORG", "I-ORG"], "sentiment": ["negative", "positive"]}
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -247,14 +244,7 @@ def test_two_processes_train_a_lora_trunk(root, tmp_path):
     checkpoint = trained(root, "lora").checkpoint
     config = tiny_config(tmp_path / "ddp", overrides(checkpoint, tmp_path, "lora", "training.max_steps=2"))
     config.save(tmp_path / "ddp.yaml")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [*torchrun(), "-m", "mtl_decoder", "train", "--config", str(tmp_path / "ddp.yaml")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = torchrun_cli("train", "--config", str(tmp_path / "ddp.yaml"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "cpu x 2 process(es)" in done.stdout + done.stderr
     summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
