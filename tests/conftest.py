@@ -1,5 +1,6 @@
 """Shared fixtures: one tiny trained run reused by the slow tests, its ONNX export, and make_config (helpers.py holds
-the functions and data the tests share)."""
+the functions and data the tests share). Session fixtures are built once per pytest-xdist worker (pyproject's addopts
+run two), module fixtures once: a file runs whole on one worker (--dist loadfile)."""
 
 from __future__ import annotations
 
