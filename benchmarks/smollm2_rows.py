@@ -241,8 +241,9 @@ ROWS["smollm2_echo_hybrid2_on16_bidir_short_noclip_ple"] = (
 
 # What is left for the multi-task model alone: the full schedule. In every 3,000-step run CoNLL's validation F1 was
 # still rising at the last step while SST-2's was flat; the echo recipe on smollm2_frozen.yaml's 6,500 steps (the
-# cosine stretched with it), seed 0: about 3.8 hours at one thread here, so a run spans sessions (quality.py resumes a
-# run without summary.json from its last checkpoint, one per eval_every)
+# cosine stretched with it), seed 0: 50-60 steps a minute at two threads alone here (about two hours, then the test
+# states), so a run may span sessions (quality.py resumes a run without summary.json from its last checkpoint, one per
+# eval_every)
 ROWS["smollm2_echo_hybrid2_on16_bidir_full_ple"] = (
     "smollm2_frozen.yaml",
     [o.replace("max_steps=3000", "max_steps=6500") for o in ROWS["smollm2_echo_hybrid2_on16_bidir_3k_ple"][1]],
