@@ -245,6 +245,7 @@ PRETRAINED_TOP = [
     "smollm2_echo_hybrid2_on16_bidir_3k_conll2x_seed1_ple",
     "smollm2_echo_hybrid2_on16_bidir_3k_equal_ple",
     "smollm2_echo_hybrid2_on16_bidir_3k_equal_seed1_ple",
+    "smollm2_echo_hybrid2_on16_bidir_full_ple",
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
