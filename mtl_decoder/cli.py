@@ -37,7 +37,8 @@ from mtl_decoder.commands.predict import add_merge_predictions, add_predict
 from mtl_decoder.commands.quantize import add_quantize
 from mtl_decoder.commands.training import add_distill, add_train
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import Terminated, os_reason
+from mtl_decoder.files import os_reason
+from mtl_decoder.termination import Terminated
 
 
 def build_parser() -> argparse.ArgumentParser:

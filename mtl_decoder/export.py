@@ -48,13 +48,13 @@ from mtl_decoder.files import (
     atomic_write_text,
     check_writable_parent,
     replace_dir,
-    shielded,
     temporary_sibling,
 )
 from mtl_decoder.hashing import tensors_sha256
 from mtl_decoder.model.trunks import trunk_for
 from mtl_decoder.paths import check_outside_model
 from mtl_decoder.saved import load_model
+from mtl_decoder.termination import shielded
 
 DEFAULT_EXPERT = f"{SHARED}/0"
 README = "README.md"

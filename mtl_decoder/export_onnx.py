@@ -24,12 +24,13 @@ import torch
 
 from mtl_decoder.config import CLASSIFICATION
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, replace_dir, shielded, temporary_sibling
+from mtl_decoder.files import atomic_write_json, replace_dir, temporary_sibling
 from mtl_decoder.hashing import sha256_file
 from mtl_decoder.inference.onnx_engine import ONNX_FILE, ONNX_INFO, OnnxForward, require
 from mtl_decoder.inference.onnx_graph import DenseGraph, check_exportable, example_inputs, gate_names
 from mtl_decoder.inference.predictor import Predictor
 from mtl_decoder.saved import TRUNK_FILE, WEIGHTS_FILE, SavedModel, load_model
+from mtl_decoder.termination import shielded
 
 MIN_AGREEMENT = 0.99
 """Share of validation texts per task whose tags / label must be identical to the torch model's."""

@@ -46,7 +46,6 @@ from mtl_decoder.files import (
     atomic_write_text,
     path_problem,
     replace_dir,
-    shielded,
     temporary_sibling,
 )
 from mtl_decoder.hashing import file_manifest, sha256_file
@@ -54,6 +53,7 @@ from mtl_decoder.model import MultiTaskModel, build_model
 from mtl_decoder.model.trunks import TRUNK_DIR, TRUNK_FILE, trunk_for
 from mtl_decoder.model_card import MODEL_CARD_FILE, model_card
 from mtl_decoder.runtime import default_device
+from mtl_decoder.termination import shielded
 
 CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.safetensors"

@@ -11,15 +11,8 @@ import threading
 import pytest
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import (
-    AtomicFile,
-    Terminated,
-    check_writable_parent,
-    shielded,
-    stale_temporaries,
-    temporary_sibling,
-    terminate_unwinds,
-)
+from mtl_decoder.files import AtomicFile, check_writable_parent, stale_temporaries, temporary_sibling
+from mtl_decoder.termination import Terminated, shielded, terminate_unwinds
 
 
 def dead_pid() -> int:

@@ -14,6 +14,7 @@ LAYERS = [
     "runtime",  # the default device
     "locks",
     "hashing",  # file, tensor and config fingerprints; cache roots
+    "termination",  # SIGTERM as an exception, clean-ups shielded from it
     "files",  # atomic writes, staged folders
     "tensorstore",  # sharded safetensors stores (state cache, distillation targets)
     "processes",  # launcher processes

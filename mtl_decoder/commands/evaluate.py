@@ -12,8 +12,8 @@ from mtl_decoder.commands.flags import (
     add_refine_flag,
     add_state_cache_flags,
 )
-from mtl_decoder.files import terminate_unwinds
 from mtl_decoder.processes import is_main_process
+from mtl_decoder.termination import terminate_unwinds
 
 
 def run_evaluate(args: argparse.Namespace) -> None:

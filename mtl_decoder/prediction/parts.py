@@ -29,19 +29,13 @@ from typing import Any
 from mtl_decoder.data.inputs import BadRecord, InputRecord
 from mtl_decoder.data.tokenization import TOKENIZER_FILE
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import (
-    STDOUT,
-    STREAM,
-    AtomicFile,
-    check_writable_parent,
-    output_kind,
-    terminate_unwinds,
-)
+from mtl_decoder.files import STDOUT, STREAM, AtomicFile, check_writable_parent, output_kind
 from mtl_decoder.hashing import files_fingerprint, sha256_file
 from mtl_decoder.paths import check_outside_model
 from mtl_decoder.prediction.common import PredictSummary
 from mtl_decoder.prediction.outputs import errors_path
 from mtl_decoder.saved import CONFIG_FILE, LABELS_FILE, TRUNK_DIR, TRUNK_FILE, WEIGHTS_FILE, SavedModel
+from mtl_decoder.termination import terminate_unwinds
 
 FOOTER = "part"
 COUNTS = ("read", "predicted", "skipped", "truncated", "windowed", "tokens", "untagged_words")

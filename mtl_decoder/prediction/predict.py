@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from mtl_decoder.data.inputs import PREDICTIONS, BadRecord, InputReader, InputRecord, check_text, check_tokens
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import AtomicFile, remove, terminate_unwinds
+from mtl_decoder.files import AtomicFile, remove
 from mtl_decoder.inference import InferenceOptions, Predictor
 from mtl_decoder.inference.options import BATCH_SIZE, PRECISION
 from mtl_decoder.prediction.common import PredictSummary, resolve_options, set_aside
@@ -40,6 +40,7 @@ from mtl_decoder.prediction.outputs import is_errors_file, prediction_dict
 from mtl_decoder.prediction.setup import file_job, prepare_file_run, prepare_model
 from mtl_decoder.processes import launched
 from mtl_decoder.saved import SavedModel
+from mtl_decoder.termination import terminate_unwinds
 
 # ---------------------------------------------------------------------------------------------- in programs
 
@@ -141,7 +142,7 @@ def predict_file(
     ``progress``: a progress bar on stderr (None: only when stderr is a terminal); the inference settings as in
     predict_texts (``options`` or keywords; their errors name the command's flags). The settings, the input, the
     output's folder and the model are checked before anything is predicted, the settings before the model loads.
-    Called from the main thread, SIGTERM raises ``mtl_decoder.files.Terminated`` (the previous handler is back
+    Called from the main thread, SIGTERM raises ``mtl_decoder.termination.Terminated`` (the previous handler is back
     when this returns).
 
     Under a launcher (torchrun, accelerate launch) the processes share the work and the main one writes the same

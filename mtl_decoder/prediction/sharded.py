@@ -37,7 +37,6 @@ from tqdm import tqdm
 
 from mtl_decoder.data.inputs import PREDICTIONS, BadRecord, InputReader, InputRecord
 from mtl_decoder.errors import DataError, UserError
-from mtl_decoder.files import terminate_unwinds
 from mtl_decoder.inference import InferenceOptions, Predictor
 from mtl_decoder.prediction.common import PredictSummary, set_aside
 from mtl_decoder.prediction.outputs import prediction_dict
@@ -45,6 +44,7 @@ from mtl_decoder.prediction.parts import COUNTS, InputDigest, file_fingerprint, 
 from mtl_decoder.prediction.setup import FileJob, FileRun, file_job, prepare_file_run
 from mtl_decoder.prediction.writer import RunWriter
 from mtl_decoder.processes import Processes, ProcessFailed, Share
+from mtl_decoder.termination import terminate_unwinds
 
 T = TypeVar("T")
 

@@ -18,12 +18,13 @@ from typing import IO, Any
 import torch
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import AtomicFile, path_problem, terminate_unwinds
+from mtl_decoder.files import AtomicFile, path_problem
 from mtl_decoder.inference.loading import load_for_inference
 from mtl_decoder.inference.options import InferenceOptions
 from mtl_decoder.inference.streaming import StreamStats, StreamTagger
 from mtl_decoder.prediction.outputs import check_output
 from mtl_decoder.saved import SavedModel
+from mtl_decoder.termination import terminate_unwinds
 
 READ_CHUNK = 1 << 16
 """Characters a file is read in at a time (stdin is read line by line, so each line is tagged as it arrives)."""

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from mtl_decoder.data.inputs import BadRecord
-from mtl_decoder.files import AtomicFile, remove, shielded
+from mtl_decoder.files import AtomicFile, remove
 from mtl_decoder.prediction.common import PredictSummary, set_aside
 from mtl_decoder.prediction.outputs import is_errors_file
 from mtl_decoder.prediction.parts import PartWriter
+from mtl_decoder.termination import shielded
 
 
 class RunWriter:

@@ -22,8 +22,9 @@ from typing import Any
 from accelerate import Accelerator
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, remove, replace_dir, shielded, stale_temporaries_in, temporary_sibling
+from mtl_decoder.files import atomic_write_json, remove, replace_dir, stale_temporaries_in, temporary_sibling
 from mtl_decoder.hashing import file_manifest, sha256_file
+from mtl_decoder.termination import shielded
 
 STATE_FILE = "trainer_state.json"
 PREFIX = "step-"

@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import Terminated, os_reason
+from mtl_decoder.files import os_reason
+from mtl_decoder.termination import Terminated
 from mtl_decoder.training.checkpoints import latest_checkpoint
 from mtl_decoder.training.run_dir import RunDirectory
 

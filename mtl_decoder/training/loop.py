@@ -22,9 +22,9 @@ from mtl_decoder.data.tasks import Example
 from mtl_decoder.errors import UserError
 from mtl_decoder.evaluation.metrics import selection_score
 from mtl_decoder.evaluation.scoring import score_sources
-from mtl_decoder.files import Unwinder
 from mtl_decoder.inference import Prediction, Predictor
 from mtl_decoder.saved import save_model
+from mtl_decoder.termination import Unwinder
 from mtl_decoder.training.balancing import LossBalancer
 from mtl_decoder.training.checkpoints import latest_checkpoint, save_checkpoint
 from mtl_decoder.training.logging import RunLogger, start_banner

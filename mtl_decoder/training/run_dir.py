@@ -23,8 +23,9 @@ from typing import Any
 import yaml
 
 from mtl_decoder.errors import UserError
-from mtl_decoder.files import atomic_write_json, atomic_write_text, check_writable_parent, remove, shielded
+from mtl_decoder.files import atomic_write_json, atomic_write_text, check_writable_parent, remove
 from mtl_decoder.locks import PathLock
+from mtl_decoder.termination import shielded
 
 MARKER = ".mtl-decoder-run"
 CONFIG_FILE = "config.yaml"

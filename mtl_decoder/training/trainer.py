@@ -27,10 +27,10 @@ from mtl_decoder.config import ExperimentConfig, load_config
 from mtl_decoder.data.batching import MultiTaskBatchSampler, MultiTaskDataset, collator_for
 from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.errors import ConfigError, UserError
-from mtl_decoder.files import Terminated, Unwinder, terminate_unwinds
 from mtl_decoder.locks import PathLock
 from mtl_decoder.model import build_model
 from mtl_decoder.runtime import default_device
+from mtl_decoder.termination import Terminated, Unwinder, terminate_unwinds
 from mtl_decoder.training.balancing import LossBalancer
 from mtl_decoder.training.checkpoints import latest_checkpoint, load_checkpoint, verify_checkpoint
 from mtl_decoder.training.failures import ending

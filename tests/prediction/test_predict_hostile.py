@@ -24,8 +24,8 @@ import mtl_decoder.inference.loading as loading_module
 import mtl_decoder.prediction.predict as predict_module
 from mtl_decoder.cli import main
 from mtl_decoder.errors import DataError
-from mtl_decoder.files import Terminated
 from mtl_decoder.prediction import predict_file
+from mtl_decoder.termination import Terminated
 
 REPO = Path(__file__).resolve().parents[2]
 
