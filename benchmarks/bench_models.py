@@ -111,7 +111,7 @@ def profile_table(saved, items: list[list[str]], rows: int = 12) -> list[dict]:
 def trunk_model(args: argparse.Namespace, data_root: Path, cache_root: Path):
     """The pretrained-trunk model (trained folder or untrained from the config) and a function that empties its
     state cache, so that every sentence runs through the trunk."""
-    from mtl_decoder.model.pretrained.frozen import StateCache
+    from mtl_decoder.model.pretrained.state_cache import StateCache
 
     os.environ["MTL_DECODER_CACHE"] = str(cache_root)  # never the user's cache: timing only
     trained = Path(args.trunk_model) if args.trunk_model else REPO / "benchmarks/runs/smollm2_frozen_ple/best"

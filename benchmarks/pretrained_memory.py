@@ -14,7 +14,7 @@ bound a million-record run's time, not what it measures: memory per record), str
 (VmRSS, its peak VmHWM, and VmRSS after malloc_trim) and the size of the state-cache folder are printed and written to
 benchmarks/results/pretrained_memory.json. The run is bounded by records, not time.
 
-Two bounded caches fill as it goes: the state cache (frozen.INFERENCE_ENTRIES states) and the collator's word
+Two bounded caches fill as it goes: the state cache (state_cache.INFERENCE_ENTRIES states) and the collator's word
 features (data.batching.word_feature_row, an LRU of 262,144 words, about 0.85 MB per 1,000 words): every generated
 record holds a new number, so the second grows by one word per record until its bound (~220 MB), the worst case.
 """

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def read_all(cache: Path, copied: bool) -> dict:
     """Every entry of ``cache`` through StateCache.get, kept in memory as training keeps it."""
-    from mtl_decoder.model.pretrained.frozen import StateCache
+    from mtl_decoder.model.pretrained.state_cache import StateCache
 
     before = resident_mib()
     start = time.perf_counter()

@@ -11,8 +11,8 @@ import torch
 from mtl_decoder import hashing
 from mtl_decoder.distill.targets import default_cache_root as targets_root
 from mtl_decoder.distill.targets import teacher_fingerprint, text_key
-from mtl_decoder.model.pretrained.frozen import StateCache, config_digest
-from mtl_decoder.model.pretrained.frozen import default_cache_root as states_root
+from mtl_decoder.model.pretrained.state_cache import StateCache, config_digest
+from mtl_decoder.model.pretrained.state_cache import default_cache_root as states_root
 from mtl_decoder.training import resume
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mtl_decoder.model.pretrained.frozen import INFERENCE_ENTRIES
+from mtl_decoder.model.pretrained.state_cache import INFERENCE_ENTRIES
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from helpers import TINY, tiny_tasks
 from trunk_runs import trained
 
 from mtl_decoder.cli import main
-from mtl_decoder.model.pretrained.frozen import StateCache
+from mtl_decoder.model.pretrained.state_cache import StateCache
 from mtl_decoder.prediction import predict_texts
 from mtl_decoder.saved import load_model
 

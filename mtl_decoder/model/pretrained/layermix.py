@@ -30,17 +30,16 @@ from mtl_decoder.hashing import json_bytes, update_with_tensor
 from mtl_decoder.model.experts import RouteLayout
 from mtl_decoder.model.heads import TaskHeadSpec
 from mtl_decoder.model.layers import make_norm
-from mtl_decoder.model.pretrained.frozen import (
+from mtl_decoder.model.pretrained.frozen import FrozenDecoder, FrozenStates
+from mtl_decoder.model.pretrained.hub import BaseIdentity, decoder_layers
+from mtl_decoder.model.pretrained.state_cache import (
     INFERENCE_ENTRIES,
     KEY_FORMAT,
     STORE_DTYPE,
     VOLATILE_CONFIG_KEYS,
-    FrozenDecoder,
-    FrozenStates,
     StateCache,
     default_cache_root,
 )
-from mtl_decoder.model.pretrained.hub import BaseIdentity, decoder_layers
 
 _DEPTH_KEYS = ("num_hidden_layers", "n_layer", "layer_types")
 """Config entries that say how deep a cut model is, not what its blocks compute: left out of the cache key."""
@@ -60,7 +59,7 @@ def prefix_digests(base: nn.Module, blocks: Iterable[int]) -> dict[int, str]:
     Block i -> a hash of what its states depend on: the config (depth left out), and in state-dict order the
     weights in front of the blocks (embeddings) and those of blocks 1..i. One pass over the weights."""
     wanted = sorted(set(blocks))
-    skip = VOLATILE_CONFIG_KEYS | set(_DEPTH_KEYS)  # the same entries frozen.config_digest leaves out, and depth
+    skip = VOLATILE_CONFIG_KEYS | set(_DEPTH_KEYS)  # the same entries state_cache.config_digest leaves out, and depth
     config = {k: v for k, v in base.config.to_dict().items() if k not in skip and not k.startswith("_")}
     digest = hashlib.sha256(json_bytes(config))
     pattern = re.compile(rf"^{re.escape(blocks_attribute(base))}\.(\d+)\.")

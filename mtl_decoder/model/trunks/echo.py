@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from mtl_decoder.model.pretrained.frozen import FrozenStates, StateCache
+from mtl_decoder.model.pretrained.frozen import FrozenStates
+from mtl_decoder.model.pretrained.state_cache import StateCache
 from mtl_decoder.model.trunks.frozen import FrozenTrunk
 
 ECHO_SUFFIX = "-echo"

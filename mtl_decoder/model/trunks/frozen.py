@@ -13,7 +13,8 @@ from mtl_decoder.model.heads import MultiTaskModel, TaskHeadSpec
 from mtl_decoder.model.trunks.pretrained import PretrainedTrunk
 
 if TYPE_CHECKING:
-    from mtl_decoder.model.pretrained.frozen import FrozenStates, StateCache
+    from mtl_decoder.model.pretrained.frozen import FrozenStates
+    from mtl_decoder.model.pretrained.state_cache import StateCache
 
 
 class FrozenTrunk(PretrainedTrunk):
@@ -29,7 +30,8 @@ class FrozenTrunk(PretrainedTrunk):
         saved_trunk: Path | None,
         expected_identity: dict[str, Any] | None,
     ) -> MultiTaskModel:
-        from mtl_decoder.model.pretrained.frozen import FrozenDecoder, cache_for
+        from mtl_decoder.model.pretrained.frozen import FrozenDecoder
+        from mtl_decoder.model.pretrained.state_cache import cache_for
 
         base, identity = self.load_base(saved_trunk, expected_identity)
         trunk = self.cfg.trunk

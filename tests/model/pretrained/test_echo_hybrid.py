@@ -15,7 +15,7 @@ from helpers import tiny_config
 from hf_testkit import FAMILIES, tiny_checkpoint
 from trunk_runs import batch
 
-import mtl_decoder.model.pretrained.frozen as frozen
+import mtl_decoder.model.pretrained.state_cache as state_cache
 from mtl_decoder.cli import main
 from mtl_decoder.config import SHARED
 from mtl_decoder.data.tokenization import TextEncoder
@@ -66,7 +66,7 @@ def _echo_reference(checkpoint: Path, ids: torch.Tensor, mask: torch.Tensor, cac
 def test_step_zero_is_the_pretrained_top_over_the_second_copys_states(checkpoints, tmp_path, monkeypatch, family):
     """Block 1 cached from the doubled text, blocks 2-3 trained (causal, as pretrained) on the second copy's states
     alone, no native layers: every task route's states equal the pretrained blocks' over the same states."""
-    monkeypatch.setattr(frozen, "STORE_DTYPE", torch.float32)
+    monkeypatch.setattr(state_cache, "STORE_DTYPE", torch.float32)
     model, encoder = _model(checkpoints[family], tmp_path, "echo_hybrid", "model.trunk.train_top=2", "model.n_layers=0")
     assert isinstance(model, EchoHybridDecoder) and isinstance(model.states, EchoLayerStates)
     ids, mask = batch(encoder, ITEMS)

@@ -17,7 +17,7 @@ from helpers import FIXTURES, tiny_config
 from hf_testkit import FAMILIES, FP16_ROUNDING, tiny_checkpoint
 from trunk_runs import batch, trained
 
-import mtl_decoder.model.pretrained.frozen as frozen
+import mtl_decoder.model.pretrained.state_cache as state_cache
 from mtl_decoder.cli import main
 from mtl_decoder.config import SHARED
 from mtl_decoder.data.tokenization import TextEncoder
@@ -82,7 +82,7 @@ def test_step_zero_computes_the_pretrained_function(checkpoints, tmp_path, monke
     """Cached block 1 + trained blocks 2-3 + the final norm, no native layers: every task route's states equal
     AutoModel's over all 3 blocks (the cache kept in float32 here, so only the arithmetic is compared). The top
     blocks attend causally (top_attention's default), whatever model.attention says of the layers above."""
-    monkeypatch.setattr(frozen, "STORE_DTYPE", torch.float32)
+    monkeypatch.setattr(state_cache, "STORE_DTYPE", torch.float32)
     overrides = ["model.trunk.train_top=2", "model.n_layers=0", "model.attention=bidirectional"]
     model, encoder = _model(checkpoints[family], tmp_path, *overrides, f"model.trunk.top_mode={top_mode}",
                             f"model.ffn={ffn}")  # fmt: skip

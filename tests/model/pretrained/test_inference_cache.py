@@ -22,7 +22,7 @@ from mtl_decoder.data.tokenization import TextEncoder
 from mtl_decoder.errors import UserError
 from mtl_decoder.inference import Predictor
 from mtl_decoder.model import build_model
-from mtl_decoder.model.pretrained import frozen
+from mtl_decoder.model.pretrained import frozen, state_cache
 from mtl_decoder.model.pretrained.hub import load_tokenizer
 from mtl_decoder.prediction import predict_texts
 from mtl_decoder.saved import load_model
@@ -142,7 +142,7 @@ def test_bf16_autocast_states_are_never_served_to_fp32(tmp_path):
     assert again.states.cache.misses == 0  # read from the folder the first model wrote
     for i in range(len(ids)):
         real = mask[i]
-        assert torch.equal(served[i][real], reference[i][real].to(frozen.STORE_DTYPE).float())
+        assert torch.equal(served[i][real], reference[i][real].to(state_cache.STORE_DTYPE).float())
     with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():  # what autocast would have given the trunk
         reached = model.states.base(input_ids=ids, attention_mask=mask.long()).last_hidden_state.float()
     assert (reached - reference)[mask].abs().max() > 1e-2  # so the equality above is not a coincidence

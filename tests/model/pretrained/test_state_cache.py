@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from mtl_decoder.model.pretrained.frozen import STORE_DTYPE, StateCache
+from mtl_decoder.model.pretrained.state_cache import STORE_DTYPE, StateCache
 
 
 def _filled(directory: Path, n: int) -> dict[str, torch.Tensor]:
