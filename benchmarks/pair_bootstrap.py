@@ -11,7 +11,9 @@ benchmarks/runs/pair_predictions/. Each model's test F1 (entities from seqeval's
 seqeval's ``f1_score``) and accuracy are first checked against the ``mtl-decoder evaluate`` figures in
 quality.json. Score = the mean of the two; difference = multi-task score - pair's score. ``--multi`` names another
 multi-task row against the same pair (``{}``: where the seed's suffix goes), e.g. the recipe with CoNLL drawn twice
-as often (``smollm2_echo_hybrid2_on16_bidir_3k_conll2x{}_ple``).
+as often (``smollm2_echo_hybrid2_on16_bidir_3k_conll2x{}_ple``); ``--pair`` names the single-task rows (``{}`` the task,
+then the seed's suffix), e.g. the full schedule's with ``--multi smollm2_echo_hybrid2_on16_bidir_full{}_ple --pair
+smollm2_echo_hybrid2_on16_bidir_full_single_{}{}``.
 
 Two intervals for the mean difference over the seeds: the test set's sampling alone (the same resampled sentences for
 every model: paired), and seeds and sentences together (seeds resampled with replacement, then sentences). Writes
@@ -92,6 +94,9 @@ def main() -> None:
     parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--out", default="pair_bootstrap.json")
     parser.add_argument("--multi", default=MULTI, help="the multi-task row, {} where the seed's suffix goes")
+    parser.add_argument(
+        "--pair", default=SINGLE, help="the single-task rows, {} for the task, then {} where the seed's suffix goes"
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     quality = json.loads((REPO / "benchmarks" / "results" / "quality.json").read_text())["runs"]
@@ -99,7 +104,7 @@ def main() -> None:
     checks = {}
     for seed in seeds:
         rows = {"multi": (args.multi.format(suffix(seed)),) * 2,
-                "pair": (SINGLE.format("conll2003", suffix(seed)), SINGLE.format("sst2", suffix(seed)))}  # fmt: skip
+                "pair": tuple(args.pair.format(task, suffix(seed)) for task in TASKS)}  # fmt: skip
         for role, (conll_row, sst_row) in rows.items():
             counts, f1 = tagging_counts(predictions(conll_row, "conll2003", args.data_root))
             right = correct(predictions(sst_row, "sst2", args.data_root))
@@ -142,6 +147,7 @@ def main() -> None:
         "question": "issue 37: is the echo recipe's multi-task model level with its single-task pair (test)?",
         "score": "(CoNLL-2003 test entity F1 + SST-2 test accuracy) / 2; difference: multi-task - pair",
         "multi_row": args.multi.format(""),
+        "pair_rows": [args.pair.format(task, "") for task in TASKS],
         "seeds": seeds,
         "resamples": args.resamples,
         "test_sentences": {"conll2003": n_conll, "sst2": n_sst},
