@@ -60,6 +60,7 @@ PRETRAINED_TOP = [
     "smollm2_echo_hybrid2_on16_bidir_3k_equal_ple",
     "smollm2_echo_hybrid2_on16_bidir_3k_equal_seed1_ple",
     "smollm2_echo_hybrid2_on16_bidir_full_ple",
+    *[f"smollm2_echo_hybrid2_on16_bidir_full_single_{t}" for t in ("conll2003", "sst2")],
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
