@@ -270,14 +270,15 @@ for _task in ("conll2003", "sst2"):
             f"{_seed_words(_seed)}",
         )
 
-# ... and the same pair on the full schedule (6,500 steps each, seed 0), for the multi-task row above: at 3,000 steps
-# the pair was ahead by 0.2 points, so a recipe that moves to the full schedule is compared with its own pair
+# ... and the same pair on the full schedule (6,500 steps each, seeds 0 and 1), for the multi-task rows above: at
+# 3,000 steps the pair was ahead by 0.2 points, so a recipe that moves to the full schedule is compared with its pair
 for _task in ("conll2003", "sst2"):
-    ROWS[f"smollm2_echo_hybrid2_on16_bidir_full_single_{_task}"] = (
-        f"smollm2_single_{_task}.yaml",
-        ROWS["smollm2_echo_hybrid2_on16_bidir_full_ple"][1],
-        f"smollm2_echo_hybrid2_on16_bidir_full_ple's recipe, {_task} only",
-    )
+    for _suffix, _seed in _ECHO_SEEDS[:2]:
+        ROWS[f"smollm2_echo_hybrid2_on16_bidir_full_single_{_task}{_suffix}"] = (
+            f"smollm2_single_{_task}.yaml",
+            [*ROWS["smollm2_echo_hybrid2_on16_bidir_full_ple"][1], *_seed],
+            f"smollm2_echo_hybrid2_on16_bidir_full_ple's recipe, {_task} only{_seed_words(_seed)}",
+        )
 
 # issue 37: does echo's gain carry to SemEval's aspect terms (the bidirectional hybrid: 0.862 / 0.867 test F1)?
 ROWS["smollm2_semeval_echo_hybrid2_on16_bidir_ple"] = (
