@@ -36,8 +36,10 @@ PRETRAINED_READS = [
     "smollm2_concat_8_16_24_ple",
 ]
 """Which blocks the PLE layers read, on one CPU and one build: block 16 or 12 alone, two mixes, a concatenation."""
-RECIPE_SEEDS = ("", "_seed1", "_seed2", "_seed3")
-"""The echo recipe's rows (configs/bench/smollm2_echo_hybrid.yaml) and its single-task pair's: the seeds' suffixes."""
+ECHO_3K_SEEDS = ("", "_seed1", "_seed2", "_seed3")
+"""The echo recipe's rows at 3,000 steps and its single-task pair's: the seeds' suffixes."""
+RECIPE_SEEDS = ("", "_seed1")
+"""The echo recipe's rows at 6,500 steps (configs/bench/smollm2_echo_hybrid.yaml): the seeds' suffixes."""
 PRETRAINED_TOP = [
     "smollm2_frozen_ple",
     "smollm2_hashdrop_ple",
@@ -51,15 +53,15 @@ PRETRAINED_TOP = [
     "smollm2_echo_hybrid2_on16_bidir_short_ple",
     "smollm2_echo_hybrid2_on16_bidir_short_seed1_ple",
     "smollm2_echo_hybrid2_on16_bidir_short_noclip_ple",
-    *[f"smollm2_echo_hybrid2_on16_bidir_3k{s}_ple" for s in RECIPE_SEEDS],
+    *[f"smollm2_echo_hybrid2_on16_bidir_3k{s}_ple" for s in ECHO_3K_SEEDS],
     "smollm2_echo_hybrid2_on16_short_ple",
     "smollm2_echo_hybrid2_on16_short_seed1_ple",
-    *[f"smollm2_echo_hybrid2_on16_bidir_3k_single_{t}{s}" for t in ("conll2003", "sst2") for s in RECIPE_SEEDS],
+    *[f"smollm2_echo_hybrid2_on16_bidir_3k_single_{t}{s}" for t in ("conll2003", "sst2") for s in ECHO_3K_SEEDS],
     "smollm2_echo_hybrid2_on16_bidir_3k_conll2x_ple",
     "smollm2_echo_hybrid2_on16_bidir_3k_conll2x_seed1_ple",
     "smollm2_echo_hybrid2_on16_bidir_3k_equal_ple",
     "smollm2_echo_hybrid2_on16_bidir_3k_equal_seed1_ple",
-    "smollm2_echo_hybrid2_on16_bidir_full_ple",
+    *[f"smollm2_echo_hybrid2_on16_bidir_full{s}_ple" for s in RECIPE_SEEDS],
     *[f"smollm2_echo_hybrid2_on16_bidir_full_single_{t}" for t in ("conll2003", "sst2")],
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines

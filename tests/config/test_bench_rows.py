@@ -50,7 +50,7 @@ def test_every_pair_names_two_rows():
     "recipe, row",
     [
         ("bench/smollm2_hybrid.yaml", "smollm2_hybrid2_on16_ple"),
-        ("bench/smollm2_echo_hybrid.yaml", "smollm2_echo_hybrid2_on16_bidir_3k_ple"),
+        ("bench/smollm2_echo_hybrid.yaml", "smollm2_echo_hybrid2_on16_bidir_full_ple"),
         ("bench/smollm2_hybrid_semeval.yaml", "smollm2_semeval_hybrid2_on16_ple"),
         ("distill_fast.yaml", "distill_small_states_long_sent"),
         ("distill_fast_lexicon.yaml", "distill_small_states_sent_bidirteacher_lex_learned_6pass"),
