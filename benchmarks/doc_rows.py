@@ -39,7 +39,8 @@ PRETRAINED_READS = [
 ECHO_3K_SEEDS = ("", "_seed1", "_seed2", "_seed3")
 """The echo recipe's rows at 3,000 steps and its single-task pair's: the seeds' suffixes."""
 RECIPE_SEEDS = ("", "_seed1")
-"""The echo recipe's rows at 6,500 steps (configs/bench/smollm2_echo_hybrid.yaml): the seeds' suffixes."""
+"""The echo recipe's rows at 6,500 steps (configs/bench/smollm2_echo_hybrid.yaml) and its single-task pair's: the
+seeds' suffixes."""
 PRETRAINED_TOP = [
     "smollm2_frozen_ple",
     "smollm2_hashdrop_ple",
@@ -62,13 +63,14 @@ PRETRAINED_TOP = [
     "smollm2_echo_hybrid2_on16_bidir_3k_equal_ple",
     "smollm2_echo_hybrid2_on16_bidir_3k_equal_seed1_ple",
     *[f"smollm2_echo_hybrid2_on16_bidir_full{s}_ple" for s in RECIPE_SEEDS],
-    *[f"smollm2_echo_hybrid2_on16_bidir_full_single_{t}" for t in ("conll2003", "sst2")],
+    *[f"smollm2_echo_hybrid2_on16_bidir_full_single_{t}{s}" for t in ("conll2003", "sst2") for s in RECIPE_SEEDS],
 ]
 """On block 16's cached states: the recipe, its word-identity features dropped in training, its all-caps lines
 truecased, each text read twice (echo), the top blocks trained (causal, and with the causal mask lifted, also on a
 1,500-step schedule, with and without the all-caps lines truecased, and over echo states on 1,500 steps, also
 without the gradient clip, and on 3,000 steps, the last with its single-task pair, four seeds each, with CoNLL drawn
-twice as often, two seeds, and with both losses at weight 1, two seeds)."""
+twice as often, two seeds, and with both losses at weight 1, two seeds; then on 6,500 steps, the recipe, with its
+single-task pair, two seeds)."""
 PRETRAINED_READS_SEMEVAL = [
     "smollm2_semeval_ple",
     "smollm2_default_semeval_ple",
