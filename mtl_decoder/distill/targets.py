@@ -145,9 +145,14 @@ class TargetStore:
             self.disk.read_shard(shard)
 
     def scan(self, keys: Iterable[str]) -> Iterator[dict[str, torch.Tensor]]:
-        """The entry of each key, in order (a key again: its entry again), read a shard at a time and not kept:
-        at most one shard of entries in memory besides what ``memory`` already holds. Absent keys are skipped."""
-        shard, entries = None, {}
+        """The entry of each key, in order (a key again: its entry again). Absent keys are skipped.
+
+        Each shard is read (and checked) once per scan, the first time a key needs it, and its entries are kept
+        as views of its mapping until the scan ends: they sit in the page cache, not in this process's own memory
+        (``ShardedStore.read_shard``). Nothing is added to ``memory``. Keys in text order rarely follow the shards
+        (the teacher labels texts in batches of similar length), and reading a shard again for every key that
+        moves to another one made a scan of a run's keys take about as long as labelling them."""
+        shards: dict[Path, dict[str, dict[str, torch.Tensor]]] = {}
         for key in keys:
             if key in self.memory:
                 yield self.memory[key]
@@ -155,10 +160,10 @@ class TargetStore:
             where = self.disk.location.get(key)
             if where is None:
                 continue
-            if where != shard:
-                shard, entries = where, _entries(self.disk.read_shard(where) or {})
-            if key in entries:
-                yield entries[key]
+            if where not in shards:
+                shards[where] = _entries(self.disk.read_shard(where) or {})
+            if key in shards[where]:
+                yield shards[where][key]
 
     def forget(self) -> None:
         """Drop every entry held in memory (they stay on disk; pending ones are written first)."""

@@ -98,22 +98,28 @@ def test_the_target_store_keeps_entries_across_instances(tmp_path):
         assert got.keys() == value.keys() and all(torch.equal(got[k], value[k]) for k in value)
 
 
-def test_the_store_streams_its_shards_and_keeps_only_what_it_is_asked_to(tmp_path):
+def test_the_store_streams_its_shards_and_keeps_only_what_it_is_asked_to(tmp_path, monkeypatch):
     """Entries over several shards: ``scan`` gives each key's entry in the order asked (a key again: again),
-    holding none; ``load`` with a transform keeps only transformed tensors; a damaged shard's entries read as
-    absent in both, and ``verify`` sets it aside without holding anything."""
+    reading each shard once however the keys alternate between them and adding nothing to memory; ``load`` with a
+    transform keeps only transformed tensors; a damaged shard's entries read as absent in both, and ``verify``
+    sets it aside without holding anything."""
     writer = TargetStore(tmp_path / "s", flush_every=2)  # a shard per two entries
     entries = {text_key(f"t{i}"): {"ner@states": torch.randn(i + 1, 4).half()} for i in range(7)}
     for key, value in entries.items():
         writer.put(key, value)
     writer.flush()
     keys = list(entries)
-    asked = [keys[5], keys[0], keys[1], keys[0], keys[6], keys[3]]
+    asked = [keys[5], keys[0], keys[2], keys[1], keys[4], keys[0], keys[6], keys[3], keys[5]]
     store = TargetStore(tmp_path / "s", check=check_states)
+    reads = []
+    real_read = store.disk.read_shard
+    monkeypatch.setattr(store.disk, "read_shard", lambda shard: reads.append(shard) or real_read(shard))
     got = [entry["ner@states"] for entry in store.scan(asked)]
     assert len(got) == len(asked)
     assert all(torch.equal(g, entries[k]["ner@states"]) for g, k in zip(got, asked, strict=True))
     assert store.memory == {}
+    assert sorted(reads) == sorted({store.disk.location[k] for k in asked}) and len(reads) == 4  # 7 entries, 2 a shard
+    monkeypatch.undo()
 
     store.load(keys, transform=lambda part, t: t.float().sum(-1))
     assert all(torch.equal(store.get(k)["ner@states"], v["ner@states"].float().sum(-1)) for k, v in entries.items())
@@ -125,8 +131,8 @@ def test_the_store_streams_its_shards_and_keeps_only_what_it_is_asked_to(tmp_pat
     again = TargetStore(tmp_path / "s", check=check_states)
     again.verify(keys)
     assert again.memory == {} and keys[0] not in again and keys[1] not in again and len(again) == 5
-    assert [k for k in asked if k in again] == [keys[5], keys[6], keys[3]]
-    assert len(list(again.scan(asked))) == 3
+    assert [k for k in asked if k in again] == [keys[5], keys[2], keys[4], keys[6], keys[3], keys[5]]
+    assert len(list(again.scan(asked))) == 6
 
 
 def test_a_bad_record_in_an_unlabelled_file_stops_naming_file_and_line(tmp_path):
