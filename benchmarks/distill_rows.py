@@ -153,7 +153,9 @@ DISTILL_MODELS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, ov
 }
 TRAIN_TEXTS_ONLY = {"distill_ple_transfer_train", "distill_small_train", "distill_small_train_lex_embed",
                     "distill_small_train_lex_states", "distill_small_train_seed1",
-                    "distill_small_train_lex_embed_seed1"}  # fmt: skip
+                    "distill_small_train_lex_embed_seed1",
+                    *(f"distill_b{n}_states_sent_echoteacher_train{s}"
+                      for n in (1, 4) for s in ("", "_seed1"))}  # fmt: skip
 """Rows whose transfer set is the training texts alone (no --unlabelled)."""
 
 
@@ -161,6 +163,8 @@ BIDIR_HYBRID = REPO / "benchmarks" / "runs" / "smollm2_hybrid2_on16_bidir_ple" /
 ECHO = REPO / "benchmarks" / "runs" / "smollm2_echo_ple" / "best"
 BIDIR_SHORT_PER_TOKEN = REPO / "benchmarks" / "runs" / "smollm2_hybrid2_on16_bidir_short_pertoken" / "best"
 """smollm2_hybrid2_on16_bidir_short_ple's model quantized with ``mtl-decoder quantize --per-token all``."""
+ECHO_RECIPE = REPO / "benchmarks" / "runs" / "smollm2_echo_hybrid2_on16_bidir_full_ple" / "best"
+"""The echo recipe's model (configs/bench/smollm2_echo_hybrid.yaml, 6,500 steps, seed 0), the best teacher."""
 ROW_TEACHERS = {
     **{name: BIDIR_HYBRID for name in ("distill_small_hybridteacher", "distill_small_hybridteacher_seed1",
                                        "distill_small_hybridteacher_seed2")},
@@ -175,6 +179,7 @@ ROW_TEACHERS = {
     **{f"distill_b{n}_states_long_sent_bidirteacher{s}": BIDIR_SHORT_PER_TOKEN
        for n in (1, 4) for s in ("", "_seed1", "_seed2")},
     **{f"distill_b1_states_sent_bidirteacher_6pass{s}": BIDIR_SHORT_PER_TOKEN for s in ("", "_seed1", "_seed2")},
+    **{f"distill_b{n}_states_sent_echoteacher_train{s}": ECHO_RECIPE for n in (1, 4) for s in ("", "_seed1")},
 }  # fmt: skip
 """Rows taught by their own teacher (the others by --teacher, $MTL_DECODER_TEACHER or the 16-block model)."""
 
