@@ -150,8 +150,9 @@ class TargetStore:
         Each shard is read (and checked) once per scan, the first time a key needs it, and its entries are kept
         as views of its mapping until the scan ends: they sit in the page cache, not in this process's own memory
         (``ShardedStore.read_shard``). Nothing is added to ``memory``. Keys in text order rarely follow the shards
-        (the teacher labels texts in batches of similar length), and reading a shard again for every key that
-        moves to another one made a scan of a run's keys take about as long as labelling them."""
+        (the teacher labels texts in batches of similar length): reading a shard again for every key that moves
+        to another one took about 0.3 s a key, hours for the 80k training texts' states that labelling took 25
+        minutes to write."""
         shards: dict[Path, dict[str, dict[str, torch.Tensor]]] = {}
         for key in keys:
             if key in self.memory:
