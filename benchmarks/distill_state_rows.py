@@ -35,17 +35,21 @@ def first_blocks(blocks: int, which: str, passes: int = 3) -> dict[str, tuple[st
     )
 
 
-def echo_teacher_first_blocks(blocks: int, which: str) -> dict[str, tuple[str, list[str], str]]:
+def echo_teacher_first_blocks(blocks: int, which: str, whole: bool = False) -> dict[str, tuple[str, list[str], str]]:
     """``distill_bN_states_sent_echoteacher_train`` at seeds 0-1: ``first_blocks``'s student (the same 19,500 steps)
     taught in float32 by the echo recipe's model (configs/bench/smollm2_echo_hybrid.yaml, its seed 0) on the training
     texts alone: their trunk states are in the cache its own training filled, where the unlabelled files would take
-    it 5.9 hours on a CPU without int8 dot products (docs/distillation.md, "The echo-read teacher")."""
+    it 5.9 hours on a CPU without int8 dot products (docs/distillation.md, "The echo-read teacher"). ``whole``:
+    ``distill_bN_states_sent_echoteacher`` at seeds 0-2, on the whole transfer set (the unlabelled files too, three
+    passes as ``first_blocks``); its float32 labels are cached by text, so a labelling stopped part way goes on where
+    it stopped."""
+    texts = "the whole transfer set" if whole else "the training texts alone"
     return with_seeds(
-        f"distill_b{blocks}_states_sent_echoteacher_train",
+        f"distill_b{blocks}_states_sent_echoteacher" + ("" if whole else "_train"),
         [f"model.trunk.layers={blocks}", *SMALL, *SENTENCE_STATES_FP32, "training.max_steps=19500"],
         f"the small student's native layers on SmolLM2's {which} (frozen, cached), taught by the echo recipe's model "
-        "in float32 with the recipe's targets, on the training texts alone",
-        seeds=(0, 1),
+        f"in float32 with the recipe's targets, on {texts}",
+        seeds=(0, 1, 2) if whole else (0, 1),
         config="smollm2_frozen.yaml",
     )
 
@@ -323,6 +327,10 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
     # they scored 2-4 CoNLL points under the whole-set students of the bidirectional teacher (docs/distillation.md)
     **echo_teacher_first_blocks(4, "first four blocks"),
     **echo_teacher_first_blocks(1, "first block"),
+    # the same teacher on the whole transfer set: 5.9 hours of float32 labelling on the AVX2 EPYC, spread over
+    # sessions (the cache keeps each finished shard), or int8 on a CPU with VNNI or AMX
+    **echo_teacher_first_blocks(4, "first four blocks", whole=True),
+    **echo_teacher_first_blocks(1, "first block", whole=True),
     # the transfer set widened (Tang et al. 2019): each unlabelled text and one altered copy of it (words dropped,
     # swapped for words of their shape, cut to n-grams: mtl-decoder augment), labelled by the same teacher
     "distill_small_states_long_sent_bidirteacher_lex_learned_aug": (
