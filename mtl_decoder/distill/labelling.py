@@ -28,7 +28,12 @@ from mtl_decoder.processes import deal
 from mtl_decoder.saved import load_model
 
 LABEL_BATCHES = 4096
-"""Texts labelled between two writes of the target cache (a killed labelling keeps what it finished)."""
+"""At most this many texts labelled between two writes of the target cache (a killed labelling keeps what it
+finished)."""
+LABEL_WORDS = 50_000
+"""At most this many words between two writes, too: texts are labelled longest first, so 4096 of the longest can
+be an hour of a CPU teacher's work (news sentences in float32 on an AVX2 CPU), all lost to a kill before the write;
+50,000 words are about a quarter of an hour of it."""
 
 
 def quantize_teacher(saved) -> None:
@@ -45,6 +50,21 @@ def quantize_teacher(saved) -> None:
 def item_words(item: Item) -> int:
     """A text's size for dealing the work: its words (raw text: its whitespace-separated pieces)."""
     return len(item) if isinstance(item, list) else len(item.split())
+
+
+def write_chunks(sizes: Sequence[int], max_texts: int = LABEL_BATCHES, max_words: int = LABEL_WORDS) -> list[range]:
+    """The runs of positions labelled between two writes of the cache, in order: each as long as it can be with at
+    most ``max_texts`` texts and ``max_words`` words (``sizes``: each text's words), or one text alone when that
+    text has more words."""
+    chunks, start, words = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and (i - start == max_texts or words + size > max_words):
+            chunks.append(range(start, i))
+            start, words = i, 0
+        words += size
+    if start < len(sizes):
+        chunks.append(range(start, len(sizes)))
+    return chunks
 
 
 class Labelling:
@@ -141,8 +161,8 @@ class Labelling:
         )
         share = f" (this process's share, 1 of {acc.num_processes})" if acc.num_processes > 1 else ""
         bar = tqdm(total=len(todo), desc=f"teacher targets{share}", disable=not progress)
-        for start in range(0, len(todo), LABEL_BATCHES):
-            part = todo[start : start + LABEL_BATCHES]
+        for chunk in write_chunks([item_words(items[i]) for i in todo]):
+            part = todo[chunk.start : chunk.stop]
             for i, targets in zip(part, labeller.label([items[i] for i in part], bar.update), strict=True):
                 self._put(keys[i], targets)
             for store in self.stores:

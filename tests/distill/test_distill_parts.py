@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from mtl_decoder.config import load_config
 from mtl_decoder.distill.data import read_unlabelled
+from mtl_decoder.distill.labelling import write_chunks
 from mtl_decoder.distill.loss import DistillLossSpec, divergence, mix, tagging_divergence
 from mtl_decoder.distill.states import check_states
 from mtl_decoder.distill.targets import SPANS, TargetStore, align, text_key
@@ -133,6 +134,21 @@ def test_the_store_streams_its_shards_and_keeps_only_what_it_is_asked_to(tmp_pat
     assert again.memory == {} and keys[0] not in again and keys[1] not in again and len(again) == 5
     assert [k for k in asked if k in again] == [keys[5], keys[2], keys[4], keys[6], keys[3], keys[5]]
     assert len(list(again.scan(asked))) == 6
+
+
+@pytest.mark.parametrize(("max_texts", "max_words"), [(4, 30), (3, 1000), (1000, 12), (2, 1)])
+def test_labelling_writes_after_a_bounded_number_of_texts_and_words(max_texts, max_words):
+    """The chunks between two cache writes cover the texts in order; each keeps both bounds (or is one text too
+    long alone) and could not take the next text without breaking one."""
+    sizes = [int(n) for n in torch.randint(1, 25, (60,), generator=torch.Generator().manual_seed(0))]
+    chunks = write_chunks(sizes, max_texts, max_words)
+    assert [i for chunk in chunks for i in chunk] == list(range(len(sizes)))
+    for chunk, after in zip(chunks, [*chunks[1:], None], strict=True):
+        words = sum(sizes[i] for i in chunk)
+        assert len(chunk) <= max_texts and (words <= max_words or len(chunk) == 1)
+        if after is not None:
+            assert len(chunk) == max_texts or words + sizes[after.start] > max_words
+    assert write_chunks([], max_texts, max_words) == []
 
 
 def test_a_bad_record_in_an_unlabelled_file_stops_naming_file_and_line(tmp_path):
