@@ -2,6 +2,7 @@
 
     mtl-decoder train    --config C [--output-dir DIR] [--resume | --overwrite] [key=value ...]
     mtl-decoder distill  --teacher RUN/best --config C [--unlabelled FILE]... [--output-dir DIR] [key=value ...]
+                         | --label-only ...   (only the teacher's targets, into the cache: no run folder)
     mtl-decoder augment  --input FILE... --output OUT.txt [--copies N] [--seed S]   (more transfer text for distill)
     mtl-decoder evaluate --model RUN/best [--split test] [--tasks a,b] [--data TASK=PATH ...] [--output DIR]
     mtl-decoder predict  --model RUN/best --input FILE --output OUT.jsonl [--tasks a,b] [--on-error skip] [--force]

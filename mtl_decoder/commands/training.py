@@ -18,6 +18,9 @@ def run_distill(args: argparse.Namespace) -> None:
     from mtl_decoder.distill import distill
 
     config = load_config(args.config, args.overrides)
+    if args.label_only:
+        label_only_command(args, config)
+        return
     distill(
         config,
         teacher=args.teacher,
@@ -26,6 +29,20 @@ def run_distill(args: argparse.Namespace) -> None:
         resume=args.resume,
         overwrite=args.overwrite,
     )
+
+
+def label_only_command(args: argparse.Namespace, config) -> None:
+    from accelerate import PartialState
+
+    from mtl_decoder.distill.prelabel import label_only
+    from mtl_decoder.errors import UserError
+
+    for flag, given in (("--output-dir", args.output_dir), ("--resume", args.resume), ("--overwrite", args.overwrite)):
+        if given:
+            raise UserError(f"distill --label-only writes no run folder: leave out {flag}")
+    counts = label_only(config, teacher=args.teacher, unlabelled=args.unlabelled, progress=config.training.progress)
+    if PartialState().is_main_process:
+        print(counts["line"])
 
 
 def add_train(sub) -> None:
@@ -60,5 +77,11 @@ def add_distill(sub) -> None:
     p.add_argument("--output-dir", help="run directory (default: training.output_dir)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the run directory")
     p.add_argument("--overwrite", action="store_true", help="start over in a run directory that is not empty")
+    p.add_argument(
+        "--label-only",
+        action="store_true",
+        help="only fill the target cache with the teacher's targets (every process of a launch its share), no run; "
+        "a later distill run with the same teacher and texts finds them there and only trains",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. distill.temperature=4")
     p.set_defaults(func=run_distill)

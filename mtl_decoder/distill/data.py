@@ -35,6 +35,12 @@ class DistilledExample(EncodedExample):
     state of each word (distill.state_weight) or (1, d) of the text (distill.sentence_state_weight)."""
 
 
+def source_items(sources) -> list[Item]:
+    """The texts the teacher labels from the training sources (``data.sources.Source``), in order: each example's
+    words where its file gives them, else its raw text."""
+    return [ex.words if ex.words is not None else ex.text for source in sources for ex in source.examples]
+
+
 def read_unlabelled(paths: list[str], limit: int | None) -> list[tuple[str, list[Item]]]:
     """Read the unlabelled files of the transfer set.
 

@@ -21,8 +21,8 @@ from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING, DistillConfig
-from mtl_decoder.distill.states import STATE_PART, task_of
-from mtl_decoder.distill.targets import Item, TargetStore, TeacherLabeller
+from mtl_decoder.distill.states import SENTENCE_STATES_SUFFIX, STATE_PART, STATES_SUFFIX, check_states, task_of
+from mtl_decoder.distill.targets import Item, TargetStore, TeacherLabeller, default_cache_root
 from mtl_decoder.distill.targets import text_key as key_of
 from mtl_decoder.processes import deal
 from mtl_decoder.saved import load_model
@@ -65,6 +65,44 @@ def write_chunks(sizes: Sequence[int], max_texts: int = LABEL_BATCHES, max_words
     if start < len(sizes):
         chunks.append(range(start, len(sizes)))
     return chunks
+
+
+def target_shapes(kinds: dict[str, str], label_sets: dict[str, list[str]]) -> dict[str, tuple[int, int]]:
+    """Task -> (dimensions, labels) of its targets: a class distribution (1) or a tag distribution per word (2)."""
+    return {task: (1 if kind == CLASSIFICATION else 2, len(label_sets[task])) for task, kind in kinds.items()}
+
+
+def label_texts(
+    distill: DistillConfig,
+    items: list[Item],
+    shapes: dict[str, tuple[int, int]],
+    kinds: dict[str, str],
+    state_kinds: list[str],
+    accelerator: Accelerator,
+    progress: bool,
+) -> tuple[TargetStore, dict[str, Any], dict[str, TargetStore]]:
+    """Every item's targets, from the teacher's cache or computed into it by the processes of the run (each its
+    share: ``Labelling``). Returns the target store (every item's targets in memory), the counts (``Labelling.run``)
+    and the stores of the teacher's states for each kind of ``state_kinds`` (on disk, none held). ``shapes``:
+    ``target_shapes``, checked in every shard read; ``kinds``: task -> kind of the student's tasks."""
+    root = Path(distill.cache_dir).expanduser() if distill.cache_dir else default_cache_root()
+    suffixes = {TAGGING: STATES_SUFFIX, CLASSIFICATION: SENTENCE_STATES_SUFFIX}
+    state_stores = {
+        kind: TargetStore(root / f"{distill.teacher_hash}{suffixes[kind]}", check=check_states) for kind in state_kinds
+    }
+    targets = TargetStore(root / distill.teacher_hash, shapes=shapes)
+    counts = Labelling(distill, targets, state_stores, kinds, accelerator).run(items, progress)
+    return targets, counts, state_stores
+
+
+def targets_line(distill: DistillConfig, counts: dict[str, Any]) -> str:
+    """What the labelling did, in one line for the log: texts, computed, teacher batches, from the cache."""
+    by = f" by {counts['processes']} processes" if counts["processes"] > 1 else ""
+    return (
+        f"teacher {distill.teacher} ({distill.teacher_hash[:12]}): targets of {counts['texts']:,} texts, "
+        f"{counts['computed']:,} computed in {counts['teacher_forwards']} teacher batches{by}, "
+        f"{counts['from_cache']:,} from the cache"
+    )
 
 
 class Labelling:

@@ -27,8 +27,8 @@ import torch
 
 from mtl_decoder.config import CLASSIFICATION, TAGGING, DistillConfig, ExperimentConfig, load_config
 from mtl_decoder.data.batching import MultiTaskDataset
-from mtl_decoder.distill.data import DistillCollator, attach_targets, encode_items, read_unlabelled
-from mtl_decoder.distill.labelling import Labelling
+from mtl_decoder.distill.data import DistillCollator, attach_targets, encode_items, read_unlabelled, source_items
+from mtl_decoder.distill.labelling import label_texts, target_shapes, targets_line
 from mtl_decoder.distill.lexicon import (
     LEXICON_FILE,
     LEXICON_TABLE,
@@ -40,15 +40,12 @@ from mtl_decoder.distill.lexicon import (
 )
 from mtl_decoder.distill.loss import DistillLossSpec, classification_divergence, mix, tagging_divergence
 from mtl_decoder.distill.states import (
-    SENTENCE_STATES_SUFFIX,
-    STATES_SUFFIX,
     StateProjection,
-    check_states,
     fit_projection,
     head_state_loss,
     state_part,
 )
-from mtl_decoder.distill.targets import Item, TargetStore, default_cache_root, teacher_fingerprint
+from mtl_decoder.distill.targets import TargetStore, teacher_fingerprint
 from mtl_decoder.distill.targets import text_key as key_of
 from mtl_decoder.errors import UserError
 from mtl_decoder.files import atomic_write_json, atomic_write_safetensors
@@ -80,16 +77,27 @@ def distill(
     ``unlabelled`` (default: distill.unlabelled) are the transfer set's files. Returns what ``train`` returns."""
     if not isinstance(config, ExperimentConfig):
         config = load_config(config, list(overrides))
+    run_dir = Path(output_dir) if output_dir is not None else Path(config.training.output_dir)
+    stored_hash = _stored_teacher_hash(run_dir) if resume or config.training.resume_from else None
+    config = with_teacher(config, teacher, unlabelled, stored_hash)
+    return run_trainer(DistillTrainer(config, output_dir, resume=resume, overwrite=overwrite))
+
+
+def with_teacher(
+    config: ExperimentConfig,
+    teacher: str | Path | None,
+    unlabelled: list[str] | None,
+    stored_hash: str | None = None,
+) -> ExperimentConfig:
+    """The student's config with its distill section settled: ``unlabelled`` (default: distill.unlabelled) as the
+    transfer set's files and ``teacher`` (default: distill.teacher) checked and recorded (``check_teacher``)."""
     settings = config.distill or DistillConfig()
     if unlabelled is not None:
         settings = dataclasses.replace(settings, unlabelled=[str(p) for p in unlabelled])
     teacher = teacher if teacher is not None else settings.teacher
     if teacher is None:
         raise UserError("distill needs a teacher: --teacher RUN/best (or distill.teacher in the config)")
-    run_dir = Path(output_dir) if output_dir is not None else Path(config.training.output_dir)
-    stored_hash = _stored_teacher_hash(run_dir) if resume or config.training.resume_from else None
-    config = check_teacher(dataclasses.replace(config, distill=settings), Path(teacher), stored_hash)
-    return run_trainer(DistillTrainer(config, output_dir, resume=resume, overwrite=overwrite))
+    return check_teacher(dataclasses.replace(config, distill=settings), Path(teacher), stored_hash)
 
 
 def check_teacher(config: ExperimentConfig, teacher: Path, stored_hash: str | None = None) -> ExperimentConfig:
@@ -167,6 +175,22 @@ STATE_KEYS = {TAGGING: "state_weight", CLASSIFICATION: "sentence_state_weight"}
 """The distill key that weights the teacher's states of each kind of task: per word, per text."""
 
 
+def state_kinds(config: ExperimentConfig) -> list[str]:
+    """The kinds of task whose teacher states the student learns (a distill weight above 0); a UserError naming the
+    key where the student has no task of that kind."""
+    kinds = {t.kind for t in config.tasks.values()}
+    out = []
+    for kind, key in STATE_KEYS.items():
+        if getattr(config.distill, key) > 0:
+            if kind not in kinds:
+                what = "tagging" if kind == TAGGING else "classification"
+                raise UserError(
+                    f"distill.{key}: the student has no {what} task to take the teacher's states: leave it at 0"
+                )
+            out.append(kind)
+    return out
+
+
 class DistillTrainer(Trainer):
     """The Trainer with the teacher's targets in every batch and each task's loss mixed with them."""
 
@@ -180,12 +204,7 @@ class DistillTrainer(Trainer):
         self.spec = DistillLossSpec(d.temperature, d.alpha, d.soft)
         self.kinds = {name: t.kind for name, t in self.cfg.tasks.items()}
         self.state_weights = {kind: getattr(d, key) for kind, key in STATE_KEYS.items()}  # by task kind
-        for kind, key in STATE_KEYS.items():
-            if self.state_weights[kind] > 0 and kind not in self.kinds.values():
-                what = "tagging" if kind == TAGGING else "classification"
-                raise UserError(
-                    f"distill.{key}: the student has no {what} task to take the teacher's states: leave it at 0"
-                )
+        state_kinds(self.cfg)  # a weight without a task of its kind stops the run here
         self.projections: dict[str, StateProjection] = {}
         self.unlabelled = read_unlabelled(d.unlabelled, d.unlabelled_limit)  # a bad record stops it before any work
         self.targets_line = self.lexicon_line = ""
@@ -197,9 +216,7 @@ class DistillTrainer(Trainer):
         data = super()._setup_data(resumed, to_remove)
         self.resumed = resumed
         acc = self.accelerator
-        train_items: list[Item] = [
-            ex.words if ex.words is not None else ex.text for s in data.train_sources for ex in s.examples
-        ]
+        train_items = source_items(data.train_sources)
         extra_items = [item for _, items in self.unlabelled for item in items]
         items = train_items + extra_items
         # Every process labels its share of the texts missing from the cache, then reads the others'. Building the
@@ -207,9 +224,12 @@ class DistillTrainer(Trainer):
         # were cached or not.
         columns = label_columns(Path(self.cfg.distill.teacher), data.label_sets)
         with torch.random.fork_rng(devices=[]):
-            shapes = {t: (1 if k == CLASSIFICATION else 2, len(data.label_sets[t])) for t, k in self.kinds.items()}
+            shapes = target_shapes(self.kinds, data.label_sets)
             progress = acc.is_main_process and self.cfg.training.progress
-            found, counts, state_stores = self._teacher_targets(items, shapes, progress)
+            targets, counts, state_stores = label_texts(
+                self.cfg.distill, items, shapes, self.kinds, state_kinds(self.cfg), acc, progress
+            )
+            found = [dict(targets.get(key_of(item))) for item in items]
         for kind, store in state_stores.items():
             self._attach_states(found, [key_of(item) for item in items], store, kind)
         encoded = data.dataset.examples + encode_items(extra_items, data.encoder)
@@ -220,11 +240,7 @@ class DistillTrainer(Trainer):
         dataset = MultiTaskDataset([examples[a:b] for a, b in itertools.pairwise(bounds)], weights)
         report = [f"unlabelled: {len(texts)} texts from {path}" for path, texts in self.unlabelled]
         d = self.cfg.distill
-        by = f" by {counts['processes']} processes" if counts["processes"] > 1 else ""
-        self.targets_line = (
-            f"teacher {d.teacher} ({d.teacher_hash[:12]}): targets of {len(items):,} texts, {counts['computed']:,} "
-            f"computed in {counts['teacher_forwards']} teacher batches{by}, {counts['from_cache']:,} from the cache"
-        )
+        self.targets_line = targets_line(d, counts)
         teacher = {
             "folder": d.teacher,
             "fingerprint": d.teacher_hash,
@@ -279,26 +295,6 @@ class DistillTrainer(Trainer):
             embed = self.model.embed  # a learned projection holds its projection, else the table is held
             return [(embed.projection if lexicon.projection == "learned" else embed.weight, lexicon.freeze_steps)]
         return []
-
-    def _teacher_targets(
-        self, items: list[Item], shapes: dict[str, tuple[int, int]], progress: bool
-    ) -> tuple[list[dict], dict[str, Any], dict[str, TargetStore]]:
-        """Every item's targets, from the cache or computed (by every process of the run, each its share:
-        ``labelling.Labelling``) and cached; ``shapes``: task -> (dimensions, labels) of its targets, checked in
-        every shard read. With distill.state_weight (word states) or sentence_state_weight, also the stores of the
-        teacher's states by task kind (beside the targets'), every entry on disk and checked, none held: they are
-        read again, projected, by ``_attach_states``."""
-        d = self.cfg.distill
-        root = Path(d.cache_dir).expanduser() if d.cache_dir else default_cache_root()
-        suffixes = {TAGGING: STATES_SUFFIX, CLASSIFICATION: SENTENCE_STATES_SUFFIX}
-        state_stores = {
-            kind: TargetStore(root / f"{d.teacher_hash}{suffixes[kind]}", check=check_states)
-            for kind, weight in self.state_weights.items()
-            if weight > 0
-        }
-        targets = TargetStore(root / d.teacher_hash, shapes=shapes)
-        counts = Labelling(d, targets, state_stores, self.kinds, self.accelerator).run(items, progress)
-        return [dict(targets.get(key_of(item))) for item in items], counts, state_stores
 
     def _attach_states(self, found: list[dict], keys: list[str], store: TargetStore, kind: str) -> None:
         """Each entry's teacher states of ``kind``'s tasks, on the projection to the student's width, added to

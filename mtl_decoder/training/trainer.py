@@ -117,7 +117,7 @@ def run_trainer(trainer: Trainer) -> TrainResult:
             trainer.cleanup()
 
 
-def _multi_process_cpu() -> bool:
+def multi_process_cpu() -> bool:
     """Whether the run is several processes on a CPU.
 
     Accelerate forms a gloo group for several CPU processes (torchrun, accelerate launch) only when told it
@@ -178,7 +178,7 @@ class Trainer(TrainingLoop):
         ddp = DistributedDataParallelKwargs(find_unused_parameters=True)  # cgc/mmoe: absent routes skip experts
         tracker = "tensorboard" if importlib.util.find_spec("tensorboard") else None
         self.accelerator = acc = Accelerator(
-            cpu=_multi_process_cpu(),
+            cpu=multi_process_cpu(),
             mixed_precision=cfg.training.mixed_precision,
             gradient_accumulation_steps=cfg.training.grad_accum_steps,
             log_with=tracker,

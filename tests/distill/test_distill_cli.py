@@ -143,6 +143,29 @@ def test_a_killed_run_resumes_to_the_unbroken_runs_weights(work, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_label_only_fills_the_cache_a_later_run_trains_from_and_writes_no_run(work, tmp_path, capsys, monkeypatch,
+                                                                             teacher_batches):  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # where training.output_dir would put a run
+    cache = tmp_path / "cache"
+    args = ["distill", "--label-only", "--teacher", str(work / "teacher" / "best"), "--config",
+            str(work / "student.yaml"), "--unlabelled", str(work / "news.txt"),
+            f"distill.cache_dir={cache}"]  # fmt: skip
+    assert main(args) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "targets of 4,300 texts" in line and "0 from the cache" in line
+    assert sum(teacher_batches) > 4000 and sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+
+    teacher_batches.clear()
+    run = tmp_path / "run"
+    steps = ["training.max_steps=2", "training.eval_every=2"]
+    assert main([*args[:1], *args[2:], "--output-dir", str(run), *steps]) == 0
+    targets = json.loads((run / "distill.json").read_text())["targets"]
+    assert teacher_batches == [] and targets["computed"] == 0 and targets["from_cache"] == 4300
+
+    assert main([*args, "--output-dir", str(tmp_path / "x")]) == 2
+    assert "--label-only writes no run folder: leave out --output-dir" in capsys.readouterr().err
+
+
 def one_line_error(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), err
