@@ -38,8 +38,8 @@ def first_blocks(blocks: int, which: str, passes: int = 3) -> dict[str, tuple[st
 def echo_teacher_first_blocks(blocks: int, which: str, whole: bool = False) -> dict[str, tuple[str, list[str], str]]:
     """``distill_bN_states_sent_echoteacher_train`` at seeds 0-1: ``first_blocks``'s student (the same 19,500 steps)
     taught in float32 by the echo recipe's model (configs/bench/smollm2_echo_hybrid.yaml, its seed 0) on the training
-    texts alone: their trunk states are in the cache its own training filled, where the unlabelled files would take
-    it 5.9 hours on a CPU without int8 dot products (docs/distillation.md, "The echo-read teacher"). ``whole``:
+    texts alone: their trunk states are in the cache its own training filled, where the unlabelled files take it
+    longer than a session on a CPU without int8 dot products (docs/distillation.md, "The echo-read teacher"). ``whole``:
     ``distill_bN_states_sent_echoteacher`` at seeds 0-2, on the whole transfer set (the unlabelled files too, three
     passes as ``first_blocks``); its float32 labels are cached by text, so a labelling stopped part way goes on where
     it stopped."""
@@ -327,8 +327,8 @@ STATE_ROWS: dict[str, tuple[str, list[str], str]] = {  # name -> (config, overri
     # they scored 2-4 CoNLL points under the whole-set students of the bidirectional teacher (docs/distillation.md)
     **echo_teacher_first_blocks(4, "first four blocks"),
     **echo_teacher_first_blocks(1, "first block"),
-    # the same teacher on the whole transfer set: 5.9 hours of float32 labelling on the AVX2 EPYC, spread over
-    # sessions (the cache keeps each finished shard), or int8 on a CPU with VNNI or AMX
+    # the same teacher on the whole transfer set: hours of float32 labelling on the AVX2 EPYC, spread over sessions
+    # (distill --label-only under torchrun; the cache keeps each written shard), or int8 on a CPU with VNNI or AMX
     **echo_teacher_first_blocks(4, "first four blocks", whole=True),
     **echo_teacher_first_blocks(1, "first block", whole=True),
     # the transfer set widened (Tang et al. 2019): each unlabelled text and one altered copy of it (words dropped,
