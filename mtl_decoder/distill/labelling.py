@@ -31,9 +31,9 @@ LABEL_BATCHES = 4096
 """At most this many texts labelled between two writes of the target cache (a killed labelling keeps what it
 finished)."""
 LABEL_WORDS = 50_000
-"""At most this many words between two writes, too: texts are labelled longest first, so 4096 of the longest can
-be an hour of a CPU teacher's work (news sentences in float32 on an AVX2 CPU), all lost to a kill before the write;
-50,000 words are about a quarter of an hour of it."""
+"""At most this many words between two writes, too: texts are labelled longest first, and 4096 of the longest
+news texts are over 200,000 words, about 20 minutes of a float32 SmolLM2 teacher's work per process on an AVX2 CPU,
+all lost to a kill before the write; 50,000 words were 5-6 minutes of it."""
 
 
 def quantize_teacher(saved) -> None:

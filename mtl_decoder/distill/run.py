@@ -204,7 +204,7 @@ class DistillTrainer(Trainer):
         self.spec = DistillLossSpec(d.temperature, d.alpha, d.soft)
         self.kinds = {name: t.kind for name, t in self.cfg.tasks.items()}
         self.state_weights = {kind: getattr(d, key) for kind, key in STATE_KEYS.items()}  # by task kind
-        state_kinds(self.cfg)  # a weight without a task of its kind stops the run here
+        self.with_states = state_kinds(self.cfg)  # a weight without a task of its kind stops the run here
         self.projections: dict[str, StateProjection] = {}
         self.unlabelled = read_unlabelled(d.unlabelled, d.unlabelled_limit)  # a bad record stops it before any work
         self.targets_line = self.lexicon_line = ""
@@ -227,7 +227,7 @@ class DistillTrainer(Trainer):
             shapes = target_shapes(self.kinds, data.label_sets)
             progress = acc.is_main_process and self.cfg.training.progress
             targets, counts, state_stores = label_texts(
-                self.cfg.distill, items, shapes, self.kinds, state_kinds(self.cfg), acc, progress
+                self.cfg.distill, items, shapes, self.kinds, self.with_states, acc, progress
             )
             found = [dict(targets.get(key_of(item))) for item in items]
         for kind, store in state_stores.items():
