@@ -179,8 +179,7 @@ ROW_TEACHERS = {
     **{f"distill_b{n}_states_long_sent_bidirteacher{s}": BIDIR_SHORT_PER_TOKEN
        for n in (1, 4) for s in ("", "_seed1", "_seed2")},
     **{f"distill_b1_states_sent_bidirteacher_6pass{s}": BIDIR_SHORT_PER_TOKEN for s in ("", "_seed1", "_seed2")},
-    **{f"distill_b{n}_states_sent_echoteacher{t}{s}": ECHO_RECIPE
-       for n in (1, 4) for t, seeds in (("", ("", "_seed1", "_seed2")), ("_train", ("", "_seed1"))) for s in seeds},
+    **{name: ECHO_RECIPE for name in STATE_ROWS if "_states_sent_echoteacher" in name},
 }  # fmt: skip
 """Rows taught by their own teacher (the others by --teacher, $MTL_DECODER_TEACHER or the 16-block model)."""
 
